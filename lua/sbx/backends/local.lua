@@ -1,0 +1,201 @@
+--- The `local` backend: host processes in a private directory.
+---
+--- It isolates files (the file API is jailed beneath the directory) and the
+--- environment (built from scratch), and contains process trees in a cgroup
+--- where one is writable. It is NOT a security boundary: commands run as
+--- your user on the host and can read host paths. Use bwrap or docker for
+--- untrusted code.
+local fs = require "sbx.fs"
+local proc = require "sbx.proc"
+local cgroup = require "sbx.cgroup"
+local errors = require "sbx.errors"
+local owner = require "sbx.owner"
+
+local M = {}
+
+M.descriptor = {
+  name = "local",
+  description = "host processes in a private directory (no security boundary)",
+  isolation = "process",
+  capabilities = { "exec", "files", "streaming", "background", "resume" },
+  -- create options it honours beyond the ones every backend takes
+  options = { workdir = true },
+  price = { per_hour = 0, per_vcpu_hour = 0, per_gib_hour = 0 },
+  regions = {},
+  limits = {},
+}
+
+local cg_base, cg_reason
+---Where sandboxes' cgroups go, or nil and why not (then: process groups).
+function M.containment()
+  if cg_base == nil and cg_reason == nil then
+    local base, err = cgroup.base()
+    if base then cg_base = base else cg_reason = err end
+  end
+  return cg_base, cg_reason
+end
+
+function M.available() return true end
+
+local function fail(msg, code, op)
+  errors.core(msg, code, "local", op)
+end
+
+local function sandboxes_dir(session) return owner.state_dir() .. "/local/" .. session end
+
+---@param spec table id=, session=, workdir=
+function M.create(spec)
+  local dir, own = spec.workdir, false
+  if dir then
+    local root = fs.open_root(dir)
+    if not root then
+      errors.raise("ConfigError", "workdir " .. dir .. " is not an existing directory",
+                   { backend = "local", op = "create" })
+    end
+    root:close()
+  else
+    local d, err = fs.mkdtemp(sandboxes_dir(spec.session), spec.id .. ".")
+    if not d then
+      errors.raise("SandboxCreationError", "cannot create the sandbox directory: " .. err,
+                   { backend = "local", op = "create" })
+    end
+    dir, own = d, true
+  end
+  local h = { id = spec.id, dir = dir, own = own, session = spec.session }
+  local base = M.containment()
+  if base then
+    local scg = base .. "/" .. spec.session
+    if cgroup.create(scg) and cgroup.create(scg .. "/" .. spec.id) then
+      h.cg = scg .. "/" .. spec.id
+    end
+  end
+  h.root = fs.open_root(dir)
+  return h
+end
+
+function M.session_state(h)
+  return { dir = h.dir, own = h.own, cg = h.cg, session = h.session }
+end
+
+function M.resume(state)
+  if type(state.dir) ~= "string" then
+    errors.raise("ConfigError", "session state for local has no 'dir'", { backend = "local", op = "resume" })
+  end
+  local root = fs.open_root(state.dir)
+  if not root then
+    errors.raise("SandboxNotFoundError", "the sandbox directory " .. state.dir .. " is gone",
+                 { backend = "local", op = "resume" })
+  end
+  return { id = state.id, dir = state.dir, own = state.own, cg = state.cg,
+           session = state.session, root = root }
+end
+
+function M.is_alive(h)
+  return h.root ~= nil and fs.open_root(h.dir) ~= nil
+end
+
+-- Kill every process of the sandbox: its cgroup, or (no cgroup) every
+-- process whose working directory is inside its own private directory
+-- (never a user-given workdir: the user's shell may sit there).
+local function kill_all(dir, cg, own)
+  if cg then
+    local ok = cgroup.remove(cg)
+    if ok then return end
+  end
+  for _ = 1, own and 3 or 0 do
+    local pids = cgroup.pids_in_dir(dir)
+    if #pids == 0 then break end
+    for _, pid in ipairs(pids) do cgroup.kill_tree(pid) end
+  end
+end
+
+function M.destroy(h)
+  kill_all(h.dir, h.cg, h.own)
+  if h.root then h.root:close() end
+  h.root = nil
+  if h.own then
+    local ok, err = fs.rmtree(h.dir)
+    if not ok then fail(err, "EIO", "destroy") end
+  end
+end
+
+---Destroy what a dead session left, from its journal entry or a listing.
+function M.reap(entry)
+  local st = entry.state or {}
+  local dir = st.dir or entry.dir
+  local cg = st.cg
+  if not cg and entry.session and M.containment() then
+    cg = M.containment() .. "/" .. entry.session .. "/" .. entry.id
+  end
+  local own = st.own ~= false and dir ~= nil
+              and dir:find(owner.state_dir() .. "/local/", 1, true) == 1
+  if dir then kill_all(dir, cg, own) elseif cg then cgroup.remove(cg) end
+  if own then fs.rmtree(dir) end
+end
+
+---Resources on disk, grouped by session (the provider's own list for gc).
+function M.list_owned()
+  local found = {}
+  local top = owner.state_dir() .. "/local"
+  for _, session in ipairs(fs.list_host(top) or {}) do
+    for _, name in ipairs(fs.list_host(top .. "/" .. session) or {}) do
+      found[#found + 1] = { session = session, id = name:match("^(.-)%.") or name,
+                            dir = top .. "/" .. session .. "/" .. name }
+    end
+  end
+  return found
+end
+
+---Remove a dead session's now-empty containers (directory, cgroup).
+function M.forget_session(session)
+  os.remove(sandboxes_dir(session))
+  local base = M.containment()
+  if base then cgroup.remove(base .. "/" .. session) end
+end
+
+-- ------------------------------------------------------------- commands
+
+local function host_cwd(h, cwd)
+  if cwd == nil then return h.dir end
+  local st, err, code = h.root:stat(cwd)
+  if not st then fail("cwd " .. cwd .. ": " .. err, code, "exec") end
+  if st.type ~= "dir" then
+    errors.raise("PathError", "cwd " .. cwd .. " is not a directory", { backend = "local", op = "exec" })
+  end
+  local path, rerr, rcode = h.root:resolve(cwd)
+  if not path then fail(rerr, rcode, "exec") end
+  return path
+end
+
+---Start a process. req: argv, env (list), cwd, stdin, keep_stdin, timeout,
+---max_output, stream. Returns a sbx.Proc.
+function M.spawn(h, req)
+  local p, err, code = proc.spawn{
+    argv = req.argv, env = req.env, cwd = host_cwd(h, req.cwd),
+    stdin = req.stdin, keep_stdin = req.keep_stdin, timeout = req.timeout,
+    max_output = req.max_output, stream = req.stream, cgroup = h.cg,
+  }
+  if not p then
+    errors.raise("SandboxExecutionError", err, { backend = "local", op = "exec", code = code })
+  end
+  return p
+end
+
+-- ---------------------------------------------------------------- files
+
+local function call(h, op, method, ...)
+  local r, err, code = h.root[method](h.root, ...)
+  if r == nil then fail(err, code, op) end
+  return r
+end
+
+function M.read_file(h, path, max) return call(h, "read_file", "read", path, max) end
+function M.write_file(h, path, data) call(h, "write_file", "write", path, data) end
+function M.list_files(h, path) return call(h, "list_files", "list", path) end
+function M.mkdir(h, path) call(h, "mkdir", "mkdir", path) end
+function M.remove(h, path, recursive) call(h, "remove", "remove", path, recursive) end
+function M.stat(h, path) return call(h, "stat", "stat", path) end
+
+M.home = function(h) return h.dir end
+
+return M

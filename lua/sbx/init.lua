@@ -1,0 +1,278 @@
+--- sbx: one API over many sandbox backends (see API.md).
+local loop = require "sbx.loop"
+local errors = require "sbx.errors"
+local check = require "sbx.check"
+local owner = require "sbx.owner"
+local providers = require "sbx.providers"
+local sandbox = require "sbx.sandbox"
+local tasks = require "sbx.tasks"
+
+loop.set_error_factory(errors.new)
+
+local sbx = {}
+sbx.version = "0.1.0"
+sbx.errors = errors
+do
+  local cjson = require "cjson"
+  local j = cjson.new()
+  sbx.json = { encode = j.encode, decode = j.decode, null = j.null }
+end
+
+-- Every create option of API.md and its type.
+local OPTIONS = {
+  backend = "string", policy = { "string", "function" }, needs = "list", only = "list",
+  ignore = "list", isolation = "string", max_price = "number", region = "string",
+  preset = { "string", "table" }, cpu = "number", memory_mb = "number", disk_mb = "number",
+  gpu = { "number", "string", "boolean" }, timeout_secs = "number",
+  command_timeout_secs = "number", image = "string", template = "string", env_vars = "map",
+  allow_internet = "boolean", snapshot_id = "string", workdir = "string", files = "map",
+  git_repo = "string", git_ref = "string", labels = "map", backend_options = "table",
+}
+-- Options every backend honours (the facade implements them on top).
+local COMMON = {
+  backend = true, policy = true, needs = true, only = true, ignore = true, isolation = true,
+  max_price = true, region = true, preset = true, timeout_secs = true,
+  command_timeout_secs = true, env_vars = true, files = true, git_repo = true,
+  git_ref = true, labels = true,
+}
+
+-- Options the backend must honour itself; allow_internet counts only when false.
+local function unsupported(desc, opts)
+  local missing = {}
+  for k, v in pairs(opts) do
+    if not COMMON[k] and not desc.options[k] and not (k == "allow_internet" and v == true) then
+      missing[#missing + 1] = k == "allow_internet" and "allow_internet = false" or k
+    end
+  end
+  table.sort(missing)
+  return missing
+end
+
+local function has(list, x)
+  for _, v in ipairs(list or {}) do if v == x then return true end end
+  return false
+end
+
+local function hourly_price(desc, opts)
+  local p = desc.price or {}
+  return (p.per_hour or 0) + (p.per_vcpu_hour or 0) * (opts.cpu or 1)
+       + (p.per_gib_hour or 0) * (opts.memory_mb or 1024) / 1024
+end
+
+---The hard filter: which backends may take this request, and why not the others.
+local function candidates(opts)
+  local keep, reasons = {}, {}
+  local min_iso = opts.isolation and providers.ISOLATION[opts.isolation]
+  if opts.isolation and not min_iso then
+    check.bad("sandbox", "unknown isolation '" .. opts.isolation
+      .. "' (process, namespace, container, gvisor, microvm)")
+  end
+  local all = {}
+  for _, n in ipairs(providers.names) do all[#all + 1] = n end
+  for _, n in ipairs(providers.planned) do all[#all + 1] = n end
+  for _, name in ipairs(all) do
+    local why
+    if opts.only and not has(opts.only, name) then why = "not in 'only'"
+    elseif has(opts.ignore, name) then why = "in 'ignore'" end
+    local desc = not why and providers.describe()[name]
+    if desc and not desc.available then why = "unavailable: " .. tostring(desc.reason) end
+    if desc and not why then
+      for _, cap in ipairs(opts.needs or {}) do
+        if not has(desc.capabilities, cap) then why = "lacks capability '" .. cap .. "'"; break end
+      end
+    end
+    if desc and not why and min_iso and providers.ISOLATION[desc.isolation] < min_iso then
+      why = "isolation '" .. desc.isolation .. "' is below '" .. opts.isolation .. "'"
+    end
+    if desc and not why then
+      local miss = unsupported(desc, opts)
+      if #miss > 0 then why = "cannot honour " .. table.concat(miss, ", ") end
+    end
+    if desc and not why and opts.max_price and hourly_price(desc, opts) > opts.max_price then
+      why = string.format("costs $%.4f/h, over max_price $%.4f/h", hourly_price(desc, opts), opts.max_price)
+    end
+    if why then reasons[name] = why else keep[#keep + 1] = desc end
+  end
+  return keep, reasons
+end
+
+local function route_order(opts)
+  local keep, reasons = candidates(opts)
+  local order = {}
+  for _, d in ipairs(keep) do order[#order + 1] = d.name end
+  if type(opts.policy) == "function" then
+    local ok, plan = pcall(opts.policy, opts, keep, {}, os.time())
+    local valid = ok and type(plan) == "table" and type(plan.order) == "table"
+    local picked = {}
+    for _, c in ipairs(valid and plan.order or {}) do
+      local n = type(c) == "table" and c.name or c
+      if not has(order, n) then valid = false break end
+      picked[#picked + 1] = n
+    end
+    if valid then order = picked
+    else
+      io.stderr:write("sbxlua: the routing policy failed (", ok and "bad plan" or tostring(plan),
+                      "); using the default order\n")
+    end
+  elseif opts.policy ~= nil and opts.policy ~= "default" then
+    check.bad("sandbox", "unknown policy '" .. opts.policy .. "' (known: default)")
+  end
+  if #order == 0 then
+    local lines = {}
+    for _, n in ipairs(providers.names) do lines[#lines + 1] = n .. ": " .. (reasons[n] or "?") end
+    for _, n in ipairs(providers.planned) do
+      if reasons[n] then lines[#lines + 1] = n .. ": " .. reasons[n] end
+    end
+    errors.raise("NoRouteError", "no backend can take this request; " .. table.concat(lines, "; "),
+                 { op = "create", reasons = reasons })
+  end
+  return order
+end
+
+local function validate(opts)
+  opts = check.options(opts, OPTIONS, "sandbox")
+  for _, k in ipairs{ "needs", "only", "ignore" } do
+    if opts[k] then check.list(opts[k], "sandbox", k) end
+  end
+  for _, k in ipairs{ "timeout_secs", "command_timeout_secs" } do
+    if opts[k] and not (opts[k] > 0) then check.bad("sandbox", k .. " must be > 0 seconds") end
+  end
+  if opts.preset ~= nil then
+    check.bad("sandbox", "unknown preset '" .. tostring(opts.preset) .. "' (no presets are registered)")
+  end
+  if opts.git_ref and not opts.git_repo then check.bad("sandbox", "git_ref needs git_repo") end
+  return opts
+end
+
+-- clone -> files (API.md order); a failure destroys the sandbox.
+local function prepare(sb, opts)
+  if opts.git_repo then
+    local name = opts.git_repo:gsub("/+$", ""):match("([^/:]+)$"):gsub("%.git$", "")
+    local args = { "clone", "--depth", "1", "--quiet" }
+    if opts.git_ref then args[#args + 1] = "--branch"; args[#args + 1] = opts.git_ref end
+    args[#args + 1] = opts.git_repo
+    args[#args + 1] = name
+    local ok, r = pcall(sb.execute_command, sb, "git", args)
+    if not ok then error("git is not available in the sandbox (" .. tostring(r) .. ")", 0) end
+    if r.exit_code ~= 0 then
+      error("git clone " .. opts.git_repo .. " failed: " .. r.stderr .. r.stdout, 0)
+    end
+  end
+  local paths = {}
+  for p in pairs(opts.files or {}) do paths[#paths + 1] = p end
+  table.sort(paths)
+  for _, p in ipairs(paths) do sb:write_file(p, tostring(opts.files[p])) end
+end
+
+local function create_on(name, opts)
+  local p = providers.get(name)
+  local ok, reason = p.available()
+  if not ok then errors.raise("BackendNotInstalledError", name .. ": " .. tostring(reason), { backend = name }) end
+  local miss = unsupported(p.descriptor, opts)
+  if #miss > 0 then
+    errors.raise("FeatureNotSupportedError", name .. " cannot honour " .. table.concat(miss, ", "),
+                 { backend = name, op = "create" })
+  end
+  local id = owner.new_id()
+  local ttl = opts.timeout_secs or 3600
+  local s = owner.before_create{ event = "create", id = id, backend = name, created = os.time(),
+                                 ttl = ttl, labels = opts.labels, host = owner.hostname() }
+  local okc, h = pcall(p.create, { id = id, session = s.id, workdir = opts.workdir,
+                                   labels = opts.labels })
+  if not okc then
+    owner.record{ event = "destroy", id = id, failed = true }
+    if errors.is(h, "SandboxError") then error(h, 0) end
+    errors.raise("SandboxCreationError", name .. ": " .. tostring(h), { backend = name, op = "create" })
+  end
+  local sb = sandbox.new{ id = id, backend = name, provider = p, handle = h, journaled = true,
+                          env = check.env(opts.env_vars, "sandbox", "env_vars"),
+                          command_timeout = opts.command_timeout_secs }
+  owner.record{ event = "ready", id = id, state = p.session_state(h) }
+  owner.add(sb)
+  sandbox.expire_after(sb, ttl)
+  local pok, perr = pcall(prepare, sb, opts)
+  if not pok then
+    pcall(sb.destroy, sb)
+    if errors.is(perr, "Cancelled") then error(perr, 0) end
+    errors.raise("SandboxCreationError", "preparing the sandbox failed: " .. tostring(perr),
+                 { backend = name, op = "create" })
+  end
+  return sb
+end
+
+---Create a sandbox now. sbx.sandbox([backend], [opts]).
+---@return table Sandbox
+function sbx.sandbox(backend, opts)
+  if type(backend) == "table" and opts == nil then backend, opts = nil, backend end
+  if backend ~= nil and type(backend) ~= "string" then
+    check.bad("sandbox", "the backend must be a name like \"local\", got " .. type(backend))
+  end
+  opts = validate(opts)
+  if backend and opts.backend and backend ~= opts.backend then
+    check.bad("sandbox", "backend given twice: '" .. backend .. "' and opts.backend '" .. opts.backend .. "'")
+  end
+  backend = backend or opts.backend
+  if backend then
+    providers.get(backend)   -- unknown names raise ConfigError
+    return create_on(backend, opts)
+  end
+  local last
+  for _, name in ipairs(route_order(opts)) do
+    local ok, sb = pcall(create_on, name, opts)
+    if ok then return sb end
+    last = sb
+    if not errors.is(sb, "SandboxCreationError") and not errors.is(sb, "BackendNotInstalledError") then
+      error(sb, 0)
+    end
+  end
+  error(last, 0)
+end
+
+---Reattach to a sandbox from its session_state(). The caller does not become
+---its owner: it is destroyed only by an explicit destroy() or <close>.
+function sbx.resume(state)
+  if type(state) ~= "table" or type(state.backend) ~= "string" or type(state.id) ~= "string"
+     or type(state.state) ~= "table" then
+    check.bad("resume", "expected a table from sb:session_state()")
+  end
+  local p = providers.get(state.backend)
+  local st = {}
+  for k, v in pairs(state.state) do st[k] = v end
+  st.id = state.id
+  local h = p.resume(st)
+  return sandbox.new{ id = state.id, backend = state.backend, provider = p, handle = h,
+                      env = check.env(state.env_vars, "resume", "env_vars"),
+                      command_timeout = state.command_timeout_secs }
+end
+
+---A client bound to one backend, with default options.
+function sbx.client(backend, defaults)
+  check.string(backend, "client", "backend")
+  providers.get(backend)
+  defaults = check.options(defaults, OPTIONS, "client")
+  local c = {}
+  function c:create(opts)
+    local merged = {}
+    for k, v in pairs(defaults) do merged[k] = v end
+    for k, v in pairs(check.options(opts, OPTIONS, "create")) do merged[k] = v end
+    merged.backend = nil
+    return sbx.sandbox(backend, merged)
+  end
+  function c:resume(state)
+    if type(state) == "table" and state.backend ~= backend then
+      check.bad("resume", "state is for backend '" .. tostring(state.backend)
+                .. "', this client is for '" .. backend .. "'")
+    end
+    return sbx.resume(state)
+  end
+  return c
+end
+
+function sbx.providers() return providers.describe() end
+
+sbx.spawn = tasks.spawn
+sbx.parallel = tasks.parallel
+sbx.sleep = loop.sleep
+sbx.run = tasks.run
+
+return sbx

@@ -1,0 +1,206 @@
+--- Ownership: the session, its journal, the sandboxes this process owns,
+--- and what `sbxlua ls` / `sbxlua gc` read back after a crash.
+---
+--- A session is one sbxlua process. It holds an flock on
+--- `<state>/sessions/<id>.lock` for its whole life, so "is the owner alive?"
+--- is a question the kernel answers (no pid reuse races). Before any
+--- backend resource is created a journal line is appended and fsynced.
+local fs = require "sbx.fs"
+local proc = require "sbx.proc"
+local json = require "cjson.safe"
+local errors = require "sbx.errors"
+
+local M = {}
+
+local session            -- { id=, journal=, lock= }
+local owned = {}         -- id -> Sandbox, in this process
+local order = {}         -- ids in creation order
+M.shutting_down = false
+
+---The state directory: $SBX_STATE_DIR, $XDG_STATE_HOME/sbxlua, ~/.local/state/sbxlua.
+function M.state_dir()
+  local d = os.getenv("SBX_STATE_DIR")
+  if d and d ~= "" then return d end
+  d = os.getenv("XDG_STATE_HOME")
+  if d and d ~= "" then return d .. "/sbxlua" end
+  return (os.getenv("HOME") or "/tmp") .. "/.local/state/sbxlua"
+end
+
+local function sessions_dir() return M.state_dir() .. "/sessions" end
+
+function M.hostname()
+  local h = fs.read_host("/proc/sys/kernel/hostname", 4096) or "localhost"
+  return (h:gsub("%s+$", ""):gsub("[^%w%-%.]", "_"))
+end
+
+local function hex(n)
+  local t = {}
+  for i = 1, n do t[i] = string.format("%x", math.random(0, 15)) end
+  return table.concat(t)
+end
+
+function M.new_id() return "sbx-" .. hex(12) end
+
+---This process's session, opened (journal + lock) on first use.
+---@return table|nil, string? error
+function M.session()
+  if session then return session end
+  local id = string.format("%s-%d-%s", M.hostname(), proc.getpid(), hex(6))
+  local base = sessions_dir() .. "/" .. id
+  local journal, err = fs.journal(base .. ".jsonl")
+  if not journal then return nil, err end
+  local lock, lerr = fs.lock(base .. ".lock")
+  if not lock then
+    journal:close()
+    return nil, lerr
+  end
+  session = { id = id, journal = journal, lock = lock, host = M.hostname() }
+  local ok, werr = M.record{ event = "session", host = session.host,
+                             pid = proc.getpid(), started = os.time() }
+  if not ok then
+    session = nil
+    return nil, werr
+  end
+  if M.on_session then M.on_session(session) end
+  return session
+end
+
+function M.session_id() return session and session.id end
+
+---Append one fsynced line to the journal.
+function M.record(entry)
+  entry.session = entry.session or session.id
+  return session.journal:append(json.encode(entry) .. "\n")
+end
+
+---Journal the sandbox about to exist; raises SandboxCreationError when the
+---journal cannot be written (nothing is created unrecorded).
+function M.before_create(entry)
+  if M.shutting_down then
+    errors.raise("SandboxCreationError", "sbxlua is shutting down: no new sandboxes",
+                 { backend = entry.backend, op = "create" })
+  end
+  local s, err = M.session()
+  local ok = s and M.record(entry)
+  if not ok then
+    errors.raise("SandboxCreationError",
+      "cannot record the sandbox in the state directory " .. M.state_dir()
+      .. " (" .. tostring(err or "write failed") .. "); set SBX_STATE_DIR to a writable directory",
+      { backend = entry.backend, op = "create" })
+  end
+  entry.session = s.id
+  return s
+end
+
+local seq = 0
+function M.seq() return seq end
+
+function M.add(sb)
+  seq = seq + 1
+  sb._seq = seq
+  sb._task = require("sbx.loop").current()
+  owned[sb.id] = sb
+  order[#order + 1] = sb.id
+end
+
+function M.remove(id) owned[id] = nil end
+
+function M.owned()
+  local list = {}
+  for _, id in ipairs(order) do
+    if owned[id] then list[#list + 1] = owned[id] end
+  end
+  return list
+end
+
+---Destroy everything this process owns, newest first; errors are reported, not raised.
+function M.destroy_all()
+  local list = M.owned()
+  for i = #list, 1, -1 do
+    local ok, err = pcall(list[i].destroy, list[i])
+    if not ok then
+      io.stderr:write("sbxlua: could not destroy ", list[i].id, ": ", tostring(err), "\n")
+    end
+  end
+  order = {}
+  if next(owned) == nil then M.end_session() end
+end
+
+---Everything was destroyed: remove the session's journal, lock and
+---per-backend containers. (After a crash they stay for `sbxlua gc`.)
+function M.end_session()
+  if not session then return end
+  local s = session
+  session = nil
+  local base = sessions_dir() .. "/" .. s.id
+  os.remove(base .. ".jsonl")
+  s.journal:close()
+  local providers = require "sbx.providers"
+  for _, name in ipairs(providers.names) do
+    local p = providers.get(name)
+    if p.forget_session then pcall(p.forget_session, s.id) end
+  end
+  os.remove(base .. ".lock")
+  s.lock:unlock()
+end
+
+-- ------------------------------------------------------------- read back
+
+local function read_journal(path)
+  local data = fs.read_host(path, 64 * 1024 * 1024)
+  local info = { sandboxes = {}, order = {} }
+  for line in (data or ""):gmatch("[^\n]+") do
+    local e = json.decode(line)   -- a torn last line decodes to nil: skipped
+    if type(e) == "table" then
+      if e.event == "session" then
+        info.host, info.pid, info.started = e.host, e.pid, e.started
+      elseif e.event == "create" and e.id then
+        info.sandboxes[e.id] = e
+        info.order[#info.order + 1] = e.id
+      elseif e.event == "ready" and info.sandboxes[e.id] then
+        info.sandboxes[e.id].state = e.state
+      elseif e.event == "destroy" then
+        info.sandboxes[e.id] = nil
+      end
+    end
+  end
+  return info
+end
+
+---Every session in the state directory with its live sandboxes.
+---@return table[] { id=, live=, host=, pid=, path=, sandboxes = { entry... } }
+function M.sessions()
+  local dir = sessions_dir()
+  local names = fs.list_host(dir) or {}
+  local list = {}
+  for _, name in ipairs(names) do
+    local id = name:match("^(.*)%.jsonl$")
+    if id then
+      local info = read_journal(dir .. "/" .. name)
+      local s = { id = id, path = dir .. "/" .. id, host = info.host, pid = info.pid,
+                  started = info.started, sandboxes = {},
+                  live = fs.is_locked(dir .. "/" .. id .. ".lock") }
+      for _, sid in ipairs(info.order) do
+        if info.sandboxes[sid] then s.sandboxes[#s.sandboxes + 1] = info.sandboxes[sid] end
+      end
+      list[#list + 1] = s
+    end
+  end
+  return list
+end
+
+---Close the dead session `s` in the journal: a destroy line per sandbox.
+function M.forget_session(s)
+  os.remove(s.path .. ".jsonl")
+  os.remove(s.path .. ".lock")
+end
+
+function M.journal_destroyed(s, id)
+  local j = fs.journal(s.path .. ".jsonl")
+  if j then
+    j:append(json.encode{ event = "destroy", id = id, session = s.id, by = "gc" } .. "\n")
+    j:close()
+  end
+end
+
+return M

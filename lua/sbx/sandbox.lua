@@ -1,0 +1,303 @@
+--- Sandbox objects: the methods of API.md over a provider's primitives.
+local loop = require "sbx.loop"
+local errors = require "sbx.errors"
+local owner = require "sbx.owner"
+local check = require "sbx.check"
+
+local M = {}
+
+local Sandbox = {}
+Sandbox.__index = Sandbox
+Sandbox.__close = function(sb) sb:destroy() end
+Sandbox.__tostring = function(sb)
+  return string.format("Sandbox(%s, %s%s)", sb.backend, sb.id, sb._h and "" or ", destroyed")
+end
+M.Sandbox = Sandbox
+
+local DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+M.DEFAULT_PATH = DEFAULT_PATH
+local MAX_OUTPUT = 1024 * 1024
+
+local function live(sb, op)
+  if not sb._h then
+    errors.raise("SandboxNotFoundError", "sandbox " .. sb.id .. " was destroyed",
+                 { backend = sb.backend, op = op })
+  end
+  return sb._h
+end
+
+-- The environment of every command: defaults, env_vars, then opts.env.
+-- Never anything from sbxlua's own environment.
+local function environment(sb, extra)
+  local env = { PATH = DEFAULT_PATH, HOME = sb._p.home(sb._h) }
+  for k, v in pairs(sb._env) do env[k] = v end
+  for k, v in pairs(extra or {}) do env[k] = v end
+  local list = {}
+  for k, v in pairs(env) do list[#list + 1] = k .. "=" .. v end
+  table.sort(list)
+  return list
+end
+
+local COMMAND_OPTS = { timeout = "number", cwd = "string", env = "map", stdin = "string",
+                       max_output_bytes = "number", on_stdout = "function",
+                       on_stderr = "function" }
+
+local function request(sb, argv, opts, op)
+  opts = check.options(opts, COMMAND_OPTS, op)
+  local timeout = opts.timeout or sb._command_timeout
+  if timeout <= 0 then check.bad(op, "timeout must be > 0 seconds") end
+  local max = opts.max_output_bytes or MAX_OUTPUT
+  if max < 0 or max ~= math.floor(max) then check.bad(op, "max_output_bytes must be an integer >= 0") end
+  return {
+    argv = argv, env = environment(sb, check.env(opts.env, op, "env")), cwd = opts.cwd, stdin = opts.stdin,
+    timeout = timeout, max_output = max,
+    stream = (opts.on_stdout or opts.on_stderr) and true or false,
+  }, opts
+end
+
+-- Deliver streamed chunks to the callbacks, in the calling task.
+local function pump(p, opts)
+  while true do
+    local which, chunk = p:read()
+    if not which then return end
+    local cb = which == "stdout" and opts.on_stdout or opts.on_stderr
+    if cb then cb(chunk) end
+  end
+end
+
+local function run(sb, argv, opts, op)
+  local h = live(sb, op)
+  local req
+  req, opts = request(sb, argv, opts, op)
+  local p <close> = sb._p.spawn(h, req)
+  if req.stream then pump(p, opts) end
+  return p:wait()
+end
+
+---Run a command: with `args` (a list) the exact argv, without it `sh -c cmd`.
+---@return table result stdout, stderr, exit_code, signal, timed_out, truncated, duration_ms
+function Sandbox:execute_command(cmd, args, opts)
+  if type(cmd) ~= "string" or cmd == "" then
+    check.bad("execute_command", "the command must be a non-empty string")
+  end
+  local argv
+  if args == nil then
+    argv = { "sh", "-c", cmd }
+  else
+    argv = { cmd }
+    for i, a in ipairs(check.list(args, "execute_command", "args")) do argv[i + 1] = a end
+  end
+  return run(self, argv, opts, "execute_command")
+end
+
+local INTERPRETERS = {
+  python = { "python3", ".py" }, python3 = { "python3", ".py" },
+  node = { "node", ".js" }, javascript = { "node", ".js" },
+  bash = { "bash", ".sh" }, sh = { "sh", ".sh" }, ruby = { "ruby", ".rb" },
+  perl = { "perl", ".pl" }, lua = { "lua5.4", ".lua" }, php = { "php", ".php" },
+}
+
+local code_seq = 0
+
+---Run `code` with an interpreter on the sandbox's PATH (opts.language, default "python").
+function Sandbox:execute_code(code, opts)
+  if type(code) ~= "string" then check.bad("execute_code", "code must be a string") end
+  opts = opts or {}
+  if type(opts) ~= "table" then check.bad("execute_code", "options must be a table") end
+  local lang = opts.language or "python"
+  if type(lang) ~= "string" or not lang:match("^[%w_%.%+%-]+$") then
+    check.bad("execute_code", "language must be an interpreter name like \"python\" or \"node\"")
+  end
+  local interp = INTERPRETERS[lang] or { lang, "" }
+  code_seq = code_seq + 1
+  local file = string.format(".sbx-code-%d-%d%s", require("sbx.proc").getpid(), code_seq, interp[2])
+  local rest = {}
+  for k, v in pairs(opts) do if k ~= "language" then rest[k] = v end end
+  self:write_file(file, code)
+  local ok, r = pcall(run, self, { interp[1], file }, rest, "execute_code")
+  pcall(self.remove, self, file)
+  if not ok then
+    if errors.is(r, "SandboxExecutionError") and r.code == "ENOENT" then
+      errors.raise("SandboxExecutionError", string.format(
+        "execute_code: no %s interpreter (%s) on the sandbox's PATH", lang, interp[1]),
+        { backend = self.backend, op = "execute_code" })
+    end
+    error(r, 0)
+  end
+  return r
+end
+
+-- --------------------------------------------------------- background
+
+local Process = {}
+Process.__index = Process
+
+---Start a background process; its stdin stays open until p:close_stdin().
+function Sandbox:spawn(cmd, args, opts)
+  if type(cmd) ~= "string" or cmd == "" then check.bad("spawn", "the command must be a non-empty string") end
+  local argv = args == nil and { "sh", "-c", cmd } or { cmd }
+  if args ~= nil then
+    for i, a in ipairs(check.list(args, "spawn", "args")) do argv[i + 1] = a end
+  end
+  local h = live(self, "spawn")
+  local o = opts or {}
+  local req
+  req, o = request(self, argv, o, "spawn")
+  if not (opts and opts.timeout) then req.timeout = nil end
+  req.keep_stdin = o.stdin == nil
+  local p = self._p.spawn(h, req)
+  local bp = setmetatable({ pid = p.pid, _p = p, _sb = self }, Process)
+  if req.stream then bp._pump = loop.spawn(pump, p, o) end
+  self._procs[bp] = true
+  return bp
+end
+
+function Process:write(data)
+  if type(data) ~= "string" then check.bad("write", "data must be a string") end
+  local ok, err = self._p:write(data)
+  if not ok then
+    errors.raise("SandboxExecutionError", err, { backend = self._sb.backend, op = "write" })
+  end
+end
+
+function Process:close_stdin() self._p:close_stdin() end
+
+local SIGNALS = { SIGHUP = 1, SIGINT = 2, SIGQUIT = 3, SIGKILL = 9, SIGUSR1 = 10,
+                  SIGUSR2 = 12, SIGTERM = 15, SIGCONT = 18, SIGSTOP = 19 }
+
+---Send a signal (name or number; default SIGKILL, which takes the whole tree).
+function Process:kill(sig)
+  local n = sig == nil and 9 or SIGNALS[sig] or (math.type(sig) == "integer" and sig)
+  if not n then check.bad("kill", "unknown signal " .. tostring(sig)) end
+  if self._p:running() then self._p:kill(n) end
+end
+
+---Wait for the process; past `timeout` seconds its tree is killed (timed_out = true).
+function Process:wait(timeout)
+  local timer
+  if timeout ~= nil then
+    if type(timeout) ~= "number" or timeout < 0 then check.bad("wait", "timeout must be seconds >= 0") end
+    timer = loop.spawn(function() loop.sleep(timeout); self._p:expire() end)
+  end
+  local ok, err = pcall(function()
+    if self._pump then
+      local pok, perr = self._pump:join()
+      if not pok then error(perr, 0) end
+    end
+  end)
+  if not ok then self._p:kill() end
+  local r = self._p:wait()
+  if timer then timer:cancel() end
+  self._sb._procs[self] = nil
+  if not ok then error(err, 0) end
+  return r
+end
+
+-- -------------------------------------------------------------- files
+
+local function path_arg(op, path)
+  if type(path) ~= "string" then check.bad(op, "path must be a string, got " .. type(path)) end
+  if path:find("\0", 1, true) then
+    errors.raise("PathError", op .. ": path contains a NUL byte", { op = op })
+  end
+  return path
+end
+
+function Sandbox:write_file(path, data)
+  path_arg("write_file", path)
+  if type(data) ~= "string" then check.bad("write_file", "data must be a string, got " .. type(data)) end
+  self._p.write_file(live(self, "write_file"), path, data)
+end
+
+function Sandbox:read_file(path, opts)
+  path_arg("read_file", path)
+  local max = opts and opts.max_bytes
+  return self._p.read_file(live(self, "read_file"), path, max)
+end
+
+function Sandbox:list_files(path)
+  path_arg("list_files", path or ".")
+  return self._p.list_files(live(self, "list_files"), path or ".")
+end
+
+function Sandbox:remove(path, opts)
+  path_arg("remove", path)
+  self._p.remove(live(self, "remove"), path, opts and opts.recursive or false)
+end
+
+function Sandbox:mkdir(path)
+  path_arg("mkdir", path)
+  self._p.mkdir(live(self, "mkdir"), path)
+end
+
+function Sandbox:upload_file(local_path, sandbox_path)
+  path_arg("upload_file", sandbox_path)
+  local f, err = io.open(check.string(local_path, "upload_file", "local_path"), "rb")
+  if not f then errors.raise("FileNotFoundError", "upload_file: " .. err, { op = "upload_file" }) end
+  local data = f:read("a")
+  f:close()
+  self:write_file(sandbox_path, data)
+end
+
+function Sandbox:download_file(sandbox_path, local_path)
+  local data = self:read_file(sandbox_path)
+  local f, err = io.open(check.string(local_path, "download_file", "local_path"), "wb")
+  if not f then errors.raise("PathError", "download_file: " .. err, { op = "download_file" }) end
+  f:write(data)
+  f:close()
+end
+
+-- ---------------------------------------------------- state, lifetime
+
+function Sandbox:snapshot()
+  local h = live(self, "snapshot")
+  if not self._p.snapshot then
+    errors.raise("FeatureNotSupportedError", self.backend .. " cannot take snapshots",
+                 { backend = self.backend, op = "snapshot" })
+  end
+  return self._p.snapshot(h)
+end
+
+---A plain, JSON-safe table that sbx.resume() turns back into this sandbox.
+function Sandbox:session_state()
+  local h = live(self, "session_state")
+  return { version = 1, backend = self.backend, id = self.id, workdir = self.workdir,
+           env_vars = self._env, command_timeout_secs = self._command_timeout,
+           state = self._p.session_state(h) }
+end
+
+function Sandbox:is_alive()
+  return self._h ~= nil and self._p.is_alive(self._h)
+end
+
+---Destroy the sandbox; a second call is a no-op.
+function Sandbox:destroy()
+  local h = self._h
+  if not h then return end
+  self._h = nil
+  for p in pairs(self._procs) do pcall(p._p.close, p._p) end
+  if self._ttl then self._ttl:cancel() end
+  owner.remove(self.id)
+  self._p.destroy(h)
+  if self._journaled then owner.record{ event = "destroy", id = self.id } end
+end
+
+---Wrap a provider handle. fields: id, backend, provider, handle, env, command_timeout, journaled
+function M.new(f)
+  local sb = setmetatable({
+    id = f.id, backend = f.backend, workdir = f.provider.home(f.handle),
+    _p = f.provider, _h = f.handle, _env = f.env or {}, _procs = setmetatable({}, { __mode = "k" }),
+    _command_timeout = f.command_timeout or 600, _journaled = f.journaled,
+  }, Sandbox)
+  return sb
+end
+
+---Destroy at the end of the sandbox's lifetime (its TTL).
+function M.expire_after(sb, secs)
+  sb._ttl = loop.spawn(function()
+    loop.sleep(secs)
+    sb:destroy()
+  end)
+end
+
+return M

@@ -1,0 +1,77 @@
+--- Tasks: sbx.spawn and sbx.parallel over the C loop's coroutines.
+local loop = require "sbx.loop"
+local errors = require "sbx.errors"
+local check = require "sbx.check"
+local owner = require "sbx.owner"
+
+local M = {}
+
+---Start fn(...) as a task; t:join() -> ok, results...
+function M.spawn(fn, ...)
+  if type(fn) ~= "function" then check.bad("spawn", "expected a function, got " .. type(fn)) end
+  return loop.spawn(fn, ...)
+end
+
+---Run the loop until `t` is done (or until no work is left).
+M.run = loop.run
+
+-- Destroy the sandboxes a failed item created (and did not hand out).
+local function destroy_created_since(task, mark)
+  for _, sb in ipairs(owner.owned()) do
+    if sb._task == task and sb._seq > mark then pcall(sb.destroy, sb) end
+  end
+end
+
+---fn(item, index) for every item, at most opts.concurrency at once; results
+---in input order. An error cancels the rest and is re-raised, unless
+---opts.collect_errors: then returns results, errors (both indexed like items).
+function M.parallel(items, fn, opts)
+  if type(items) ~= "table" then check.bad("parallel", "items must be a list") end
+  if type(fn) ~= "function" then check.bad("parallel", "fn must be a function") end
+  opts = check.options(opts, { concurrency = "integer", collect_errors = "boolean" }, "parallel")
+  local n = #items
+  local width = opts.concurrency or n
+  if width < 1 then check.bad("parallel", "concurrency must be >= 1") end
+  local results, errs, nexti, failure = {}, {}, 1, nil
+  local workers = {}
+
+  local function worker()
+    local me = loop.current()
+    while failure == nil do
+      local i = nexti
+      if i > n then return end
+      nexti = i + 1
+      local mark = owner.seq()
+      local ok, v = pcall(fn, items[i], i)
+      if ok then
+        results[i] = v
+      else
+        destroy_created_since(me, mark)
+        if opts.collect_errors and not errors.is(v, "Cancelled") then
+          errs[i] = v
+        else
+          if failure == nil then
+            failure = v
+            for _, w in ipairs(workers) do if w ~= me then w:cancel() end end
+          end
+          return
+        end
+      end
+    end
+  end
+
+  for k = 1, math.min(width, n) do workers[k] = loop.spawn(worker) end
+  local ok, err = pcall(function()
+    for _, w in ipairs(workers) do w:join() end
+  end)
+  if not ok then             -- we were cancelled: take the workers down too
+    for _, w in ipairs(workers) do w:cancel() end
+    for _, w in ipairs(workers) do w:join() end
+    error(err, 0)
+  end
+  if failure ~= nil then error(failure, 0) end
+  if opts.collect_errors then return results, errs end
+  return results
+end
+
+return M

@@ -1,0 +1,241 @@
+-- sbx.proc: exact argv, scratch environment, stdin, caps, streaming,
+-- timeouts that kill whole trees, background processes, fd hygiene.
+local proc = require "sbx.proc"
+local loop = require "sbx.loop"
+local cgroup = require "sbx.cgroup"
+require "sbx"
+
+local PATH = "PATH=/usr/local/bin:/usr/bin:/bin"
+
+local function run(argv, o)
+  o = o or {}
+  o.argv, o.env = argv, o.env or { PATH }
+  local p = assert(proc.spawn(o))
+  return p:wait(), p
+end
+
+local function fd_count()
+  local n = 0
+  for _ in io.popen("ls /proc/" .. proc.getpid() .. "/fd"):lines() do n = n + 1 end
+  return n
+end
+
+local function alive(pattern)
+  -- "[s]bx..." keeps the popen shell's own command line from matching
+  local f = io.popen("pgrep -f '[" .. pattern:sub(1, 1) .. "]" .. pattern:sub(2) .. "'")
+  local out = f:read("a")
+  f:close()
+  return out ~= ""
+end
+
+describe("sbx.proc", function()
+  it("returns the documented result shape", function()
+    local r = run({ "sh", "-c", "echo out; echo err >&2; exit 3" })
+    assert.equal("out\n", r.stdout)
+    assert.equal("err\n", r.stderr)
+    assert.equal(3, r.exit_code)
+    assert.is_nil(r.signal)
+    assert.is_false(r.timed_out)
+    assert.is_false(r.truncated)
+    assert.is_true(math.type(r.duration_ms) == "integer")
+  end)
+
+  it("passes argv exactly, with no shell", function()
+    local tricky = { "a b", "'q'", '"dq"', "$(id)", "`id`", "; rm -rf /", "line\nbreak", "" }
+    local argv = { "printf", "%s\\0" }
+    for _, a in ipairs(tricky) do argv[#argv + 1] = a end
+    local r = run(argv)
+    assert.equal(table.concat(tricky, "\0") .. "\0", r.stdout)
+  end)
+
+  it("builds the environment from scratch", function()
+    local r = run({ "env" }, { env = { PATH, "ONLY=1" } })
+    local lines = {}
+    for l in r.stdout:gmatch("[^\n]+") do lines[#lines + 1] = l end
+    table.sort(lines)
+    assert.same({ "ONLY=1", PATH }, lines)
+  end)
+
+  it("finds programs on the child's PATH, not ours", function()
+    local p, err, code = proc.spawn{ argv = { "ls" }, env = { "PATH=/nonexistent" } }
+    assert.is_nil(p)
+    assert.equal("ENOENT", code)
+    assert.matches("ls", err)
+  end)
+
+  it("reports a missing program and a bad cwd as runtime failures", function()
+    local p, err, code = proc.spawn{ argv = { "no-such-program-xyz" }, env = { PATH } }
+    assert.is_nil(p); assert.equal("ENOENT", code); assert.matches("no%-such%-program", err)
+    p, err, code = proc.spawn{ argv = { "true" }, env = { PATH }, cwd = "/no/such/dir" }
+    assert.is_nil(p); assert.equal("ENOENT", code); assert.matches("cwd", err)
+    p, err, code = proc.spawn{ argv = { "true" }, env = { PATH }, cwd = "/etc/passwd" }
+    assert.is_nil(p); assert.equal("ENOTDIR", code)
+  end)
+
+  it("raises on misuse", function()
+    assert.has_error(function() proc.spawn{ argv = {} } end)
+    assert.has_error(function() proc.spawn{ argv = { 1 } } end)
+    assert.has_error(function() proc.spawn{ argv = { "a\0b" } } end)
+    assert.has_error(function() proc.spawn{ argv = { "true" }, env = { "NOEQUALS" } } end)
+    assert.has_error(function() proc.spawn{ argv = { "true" }, env = { "=x" } } end)
+    assert.has_error(function() proc.spawn{ argv = { "true" }, timeout = -1 } end)
+    assert.has_error(function() proc.spawn("true") end)
+  end)
+
+  it("closes stdin unless given, and feeds a string when given", function()
+    local r = run({ "cat" })
+    assert.equal("", r.stdout)
+    assert.equal(0, r.exit_code)
+    local big = string.rep("x", 300000) .. "\0end"
+    r = run({ "cat" }, { stdin = big })
+    assert.equal(big, r.stdout)
+  end)
+
+  it("tells exit 124 apart from a timeout", function()
+    local r = run({ "sh", "-c", "exit 124" }, { timeout = 5 })
+    assert.equal(124, r.exit_code)
+    assert.is_false(r.timed_out)
+  end)
+
+  it("a timeout kills the whole tree: setsid grandchildren and SIGTERM-ignorers", function()
+    local tag = "sbxspec-" .. math.random(1e9)
+    local script = string.format(
+      "setsid sh -c 'exec -a %s-a sleep 300' & (trap '' TERM; exec -a %s-b sleep 300) & trap '' TERM; sleep 300",
+      tag, tag)
+    local t0 = loop.now()
+    local r = run({ "bash", "-c", script }, { timeout = 0.5 })
+    assert.is_true(r.timed_out)
+    assert.equal("SIGKILL", r.signal)
+    assert.is_nil(r.exit_code)
+    assert.is_true(loop.now() - t0 < 5)
+    loop.sleep(0.1)
+    assert.is_false(alive(tag))
+  end)
+
+  it("a timeout kills the tree inside a cgroup too", function()
+    local base = cgroup.base()
+    if not base then pending("no writable cgroup v2 here") return end
+    local dir = base .. "/spec-" .. proc.getpid()
+    assert(cgroup.create(dir))
+    local tag = "sbxspec-cg-" .. math.random(1e9)
+    local r = run({ "bash", "-c", "setsid bash -c 'exec -a " .. tag .. " sleep 300' & sleep 300" },
+                  { timeout = 0.3, cgroup = dir })
+    assert.is_true(r.timed_out)
+    loop.sleep(0.1)
+    assert.is_false(alive(tag))
+    assert(cgroup.remove(dir))
+  end)
+
+  it("enforces the output cap while reading (no unbounded buffering)", function()
+    local r = run({ "head", "-c", "50000000", "/dev/zero" }, { max_output = 1000 })
+    assert.equal(1000, #r.stdout)
+    assert.is_true(r.truncated)
+    assert.equal(0, r.exit_code)
+  end)
+
+  it("keeps binary output intact and interleaves both streams", function()
+    local r = run({ "sh", "-c", "printf '\\000\\377\\001'; printf 'e\\000' >&2" })
+    assert.equal("\0\255\1", r.stdout)
+    assert.equal("e\0", r.stderr)
+  end)
+
+  it("streams chunks as they come, with backpressure", function()
+    local p = assert(proc.spawn{ argv = { "sh", "-c", "echo one; sleep 0.1; echo two >&2; head -c 2000000 /dev/zero" },
+                                 env = { PATH }, stream = true })
+    local seen, bytes = {}, 0
+    while true do
+      local which, chunk = p:read()
+      if not which then break end
+      seen[#seen + 1] = which
+      bytes = bytes + #chunk
+    end
+    local r = p:wait()
+    assert.equal("stdout", seen[1])
+    assert.is_true(bytes >= 2000000 + 8)
+    assert.equal(0, r.exit_code)
+  end)
+
+  it("does not hang when a grandchild keeps the pipes open", function()
+    local t0 = loop.now()
+    local r = run({ "sh", "-c", "(sleep 3 &) ; echo done" }, { timeout = 10 })
+    assert.equal("done\n", r.stdout)
+    assert.is_true(loop.now() - t0 < 2.5)
+  end)
+
+  it("runs background processes: write, close_stdin, wait", function()
+    local p = assert(proc.spawn{ argv = { "cat" }, env = { PATH }, keep_stdin = true })
+    assert.is_true(p:running())
+    assert.is_true(p:write("hello "))
+    assert.is_true(p:write(string.rep("y", 200000)))
+    p:close_stdin()
+    local r = p:wait()
+    assert.equal("hello " .. string.rep("y", 200000), r.stdout)
+    local ok, err, code = p:write("late")
+    assert.is_nil(ok); assert.equal("EPIPE", code); assert.matches("closed", err)
+  end)
+
+  it("kill() takes down a background process", function()
+    local p = assert(proc.spawn{ argv = { "sleep", "300" }, env = { PATH } })
+    p:kill()
+    local r = p:wait()
+    assert.equal("SIGKILL", r.signal)
+  end)
+
+  it("expire() reports timed_out", function()
+    local p = assert(proc.spawn{ argv = { "sleep", "300" }, env = { PATH } })
+    p:expire()
+    assert.is_true(p:wait().timed_out)
+  end)
+
+  it("children get only fds 0-2, and our fd count returns to its baseline", function()
+    collectgarbage()
+    local before = fd_count()
+    local r = run({ "sh", "-c", "ls /proc/$$/fd" })
+    assert.equal("0\n1\n2\n", r.stdout)
+    for _ = 1, 50 do run({ "true" }) end
+    collectgarbage()
+    assert.equal(before, fd_count())
+  end)
+
+  it("runs 100 processes concurrently from tasks", function()
+    local ts = {}
+    for i = 1, 100 do
+      ts[i] = loop.spawn(function() return run({ "sh", "-c", "sleep 0.2; echo " .. i }).stdout end)
+    end
+    local t0 = loop.now()
+    for i = 1, 100 do
+      local ok, out = ts[i]:join()
+      assert.is_true(ok)
+      assert.equal(i .. "\n", out)
+    end
+    assert.is_true(loop.now() - t0 < 5)
+  end)
+
+  it("a cancelled wait kills the process", function()
+    local p = assert(proc.spawn{ argv = { "sleep", "300" }, env = { PATH } })
+    local t = loop.spawn(function() return p:wait() end)
+    loop.sleep(0.05)
+    t:cancel()
+    local ok, err = t:join()
+    assert.is_false(ok)
+    assert.equal("Cancelled", err.kind)
+    assert.equal("SIGKILL", p:wait().signal)
+  end)
+
+  it("close is idempotent; methods after close raise; <close> works", function()
+    local p = assert(proc.spawn{ argv = { "sleep", "300" }, env = { PATH } })
+    p:close()
+    p:close()
+    assert.has_error(function() p:wait() end)
+    do
+      local q <close> = assert(proc.spawn{ argv = { "true" }, env = { PATH } })
+      q:wait()
+    end
+    assert.matches("sbx.Proc", tostring(p))
+  end)
+
+  it("which() searches a given PATH", function()
+    assert.equal("/bin/sh", proc.which("sh", "/bin"))
+    assert.is_nil(proc.which("sh", "/nonexistent"))
+  end)
+end)

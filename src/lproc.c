@@ -1,0 +1,828 @@
+/*
+** sbx.proc: child processes with exact argv, a from-scratch environment,
+** stdin from a string (or /dev/null), stdout/stderr read concurrently with
+** caps enforced while reading, optional chunk streaming with backpressure,
+** and timeouts that kill the whole process tree.
+**
+** The tree is contained by a per-command cgroup (CLONE_INTO_CGROUP, killed
+** through cgroup.kill) when the caller passes one; otherwise by a process
+** group plus a child that is its own subreaper, swept through /proc.
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "lauxlib.h"
+#include "loop.h"
+#include "cgroup.h"
+
+#define PROC_MT "sbx.Proc"
+#define CHUNK 65536
+#define QUEUE_MAX (256 * 1024)     /* streamed bytes held before backpressure */
+#define FINAL_DRAIN (1024 * 1024)  /* read after exit while grandchildren write */
+
+typedef struct chunk {
+  struct chunk *next;
+  int which;                       /* 1 stdout, 2 stderr */
+  size_t len;
+  char data[];
+} chunk;
+
+typedef struct stream {
+  struct proc *owner;
+  int fd;
+  sbx_watch w;
+  char *buf;
+  size_t len, cap, max;
+  int truncated, paused;
+} stream;
+
+typedef struct proc {
+  sbx_loop *lp;
+  pid_t pid;
+  int pidfd, exited, code, sig, timed_out, closed, streaming;
+  sbx_watch pw;
+  stream out, err;
+  int infd, close_after;           /* stdin pipe, close once drained */
+  sbx_watch iw;
+  char *in;
+  size_t inlen, inoff;
+  sbx_timer tm;
+  double start, end;
+  char *cgroup;                    /* this command's own cgroup, or NULL */
+  chunk *qhead, *qtail;
+  size_t qbytes;
+  sbx_waiter *waiters;             /* woken on every change of state */
+  int selfref;                     /* anchored while the child runs */
+} proc;
+
+
+/* ------------------------------------------------------------ utilities */
+
+static void notify(proc *p) {
+  sbx_waiter *w = p->waiters;
+  p->waiters = NULL;
+  while (w) {
+    sbx_waiter *next = w->next;
+    w->next = NULL;
+    sbx_wake(p->lp, w);
+    w = next;
+  }
+}
+
+static void forget_waiter(proc *p, sbx_waiter *w) {
+  sbx_waiter **q = &p->waiters;
+  while (*q && *q != w) q = &(*q)->next;
+  if (*q) *q = w->next;
+  sbx_unwait(p->lp, w);
+}
+
+static int finished(proc *p) {
+  return p->exited && p->out.fd < 0 && p->err.fd < 0;
+}
+
+static void stream_close(proc *p, stream *s) {
+  if (s->fd < 0) return;
+  sbx_watch_stop(p->lp, &s->w);
+  close(s->fd);
+  s->fd = -1;
+}
+
+static void stdin_close(proc *p) {
+  if (p->infd < 0) return;
+  sbx_watch_stop(p->lp, &p->iw);
+  close(p->infd);
+  p->infd = -1;
+  free(p->in);
+  p->in = NULL;
+  p->inlen = p->inoff = 0;
+}
+
+static void unanchor(proc *p) {
+  if (p->selfref != LUA_NOREF && finished(p)) {
+    luaL_unref(sbx_loop_main(p->lp), LUA_REGISTRYINDEX, p->selfref);
+    p->selfref = LUA_NOREF;
+  }
+}
+
+static void kill_tree(proc *p, int sig) {
+  if (p->cgroup && sig == SIGKILL && sbx_cgroup_kill(p->cgroup) == 0) return;
+  if (!p->exited) sbx_kill_tree(p->pid, sig);
+}
+
+
+/* ---------------------------------------------------------------- output */
+
+/* Keep what fits under the cap; count the rest as truncated. */
+static void capture(stream *s, const char *data, size_t n) {
+  size_t room = s->max - s->len;
+  if (n > room) {
+    s->truncated = 1;
+    n = room;
+  }
+  if (n == 0) return;
+  if (s->len + n > s->cap) {
+    size_t cap = s->cap ? s->cap : 4096;
+    while (cap < s->len + n) cap *= 2;
+    if (cap > s->max) cap = s->max;
+    char *b = realloc(s->buf, cap);
+    if (!b) { s->truncated = 1; return; }
+    s->buf = b;
+    s->cap = cap;
+  }
+  memcpy(s->buf + s->len, data, n);
+  s->len += n;
+}
+
+static void enqueue_chunk(proc *p, int which, const char *data, size_t n) {
+  chunk *c = malloc(sizeof *c + n);
+  if (!c) return;
+  c->next = NULL;
+  c->which = which;
+  c->len = n;
+  memcpy(c->data, data, n);
+  if (p->qtail) p->qtail->next = c; else p->qhead = c;
+  p->qtail = c;
+  p->qbytes += n;
+}
+
+/* Read what is available, at most `budget` bytes. Returns 1 at EOF. */
+static int drain(proc *p, stream *s, size_t budget) {
+  char buf[CHUNK];
+  int which = (s == &p->out) ? 1 : 2;
+  while (budget > 0) {
+    ssize_t n = read(s->fd, buf, sizeof buf);
+    if (n > 0) {
+      capture(s, buf, (size_t)n);
+      if (p->streaming) enqueue_chunk(p, which, buf, (size_t)n);
+      budget = (size_t)n >= budget ? 0 : budget - (size_t)n;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return 0;
+    return 1;                      /* EOF or a read error */
+  }
+  return 0;
+}
+
+static void stream_cb(sbx_watch *w, uint32_t revents) {
+  stream *s = (stream *)((char *)w - offsetof(stream, w));
+  proc *p = s->owner;
+  (void)revents;
+  if (drain(p, s, 16 * CHUNK)) stream_close(p, s);
+  else if (p->streaming && p->qbytes >= QUEUE_MAX) {
+    sbx_watch_stop(p->lp, &s->w);  /* backpressure until read() drains */
+    s->paused = 1;
+  }
+  notify(p);
+  unanchor(p);
+}
+
+static void resume_streams(proc *p) {
+  stream *ss[2] = {&p->out, &p->err};
+  for (int i = 0; i < 2; i++)
+    if (ss[i]->paused && ss[i]->fd >= 0) {
+      ss[i]->paused = 0;
+      sbx_watch_set(p->lp, &ss[i]->w, ss[i]->fd, EPOLLIN);
+    }
+}
+
+
+/* ----------------------------------------------------------------- stdin */
+
+static void stdin_pump(proc *p) {
+  while (p->inoff < p->inlen) {
+    ssize_t n = write(p->infd, p->in + p->inoff, p->inlen - p->inoff);
+    if (n > 0) { p->inoff += (size_t)n; continue; }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      sbx_watch_set(p->lp, &p->iw, p->infd, EPOLLOUT);
+      return;
+    }
+    stdin_close(p);                /* EPIPE: the reader is gone */
+    return;
+  }
+  p->inoff = p->inlen = 0;
+  sbx_watch_stop(p->lp, &p->iw);
+  if (p->close_after) stdin_close(p);
+}
+
+static void stdin_cb(sbx_watch *w, uint32_t revents) {
+  proc *p = (proc *)((char *)w - offsetof(proc, iw));
+  (void)revents;
+  stdin_pump(p);
+  notify(p);
+}
+
+
+/* ------------------------------------------------------------- lifecycle */
+
+static void reap(proc *p, int block) {
+  siginfo_t si;
+  memset(&si, 0, sizeof si);
+  if (p->exited || p->pid <= 0) return;
+  if (waitid(P_PIDFD, p->pidfd, &si, WEXITED | (block ? 0 : WNOHANG)) < 0 ||
+      si.si_pid == 0)
+    return;
+  p->exited = 1;
+  p->end = sbx_now();
+  if (si.si_code == CLD_EXITED) p->code = si.si_status;
+  else p->sig = si.si_status;
+}
+
+static void after_exit(proc *p) {
+  sbx_watch_stop(p->lp, &p->pw);
+  sbx_timer_stop(p->lp, &p->tm);
+  /* Grandchildren may hold the pipes open: take what is there, then stop. */
+  stream *ss[2] = {&p->out, &p->err};
+  for (int i = 0; i < 2; i++)
+    if (ss[i]->fd >= 0) {
+      drain(p, ss[i], FINAL_DRAIN);
+      stream_close(p, ss[i]);
+    }
+  stdin_close(p);
+  /* Daemons the command left behind keep its cgroup busy: they live on
+  ** in the sandbox's cgroup until the sandbox is destroyed. */
+  if (p->cgroup) sbx_cgroup_remove(p->cgroup, 0);
+  free(p->cgroup);
+  p->cgroup = NULL;
+  notify(p);
+  unanchor(p);
+}
+
+static void exit_cb(sbx_watch *w, uint32_t revents) {
+  proc *p = (proc *)((char *)w - offsetof(proc, pw));
+  (void)revents;
+  reap(p, 0);
+  if (p->exited) after_exit(p);
+}
+
+static void timeout_cb(sbx_timer *t) {
+  proc *p = (proc *)((char *)t - offsetof(proc, tm));
+  if (p->exited) return;
+  p->timed_out = 1;
+  kill_tree(p, SIGKILL);
+}
+
+/* Kill what is left and release everything; safe to call twice. */
+static void proc_release(proc *p) {
+  if (p->closed) return;
+  p->closed = 1;
+  if (p->pid > 0 && !p->exited) {
+    kill_tree(p, SIGKILL);
+    reap(p, 1);
+    if (p->cgroup) sbx_cgroup_remove(p->cgroup, 1);
+  }
+  sbx_watch_stop(p->lp, &p->pw);
+  sbx_timer_stop(p->lp, &p->tm);
+  stream_close(p, &p->out);
+  stream_close(p, &p->err);
+  stdin_close(p);
+  if (p->pidfd >= 0) close(p->pidfd);
+  p->pidfd = -1;
+  free(p->cgroup);
+  p->cgroup = NULL;
+  free(p->out.buf);
+  free(p->err.buf);
+  p->out.buf = p->err.buf = NULL;
+  while (p->qhead) {
+    chunk *c = p->qhead;
+    p->qhead = c->next;
+    free(c);
+  }
+  p->qtail = NULL;
+  while (p->waiters) forget_waiter(p, p->waiters);
+  if (p->selfref != LUA_NOREF) {
+    luaL_unref(sbx_loop_main(p->lp), LUA_REGISTRYINDEX, p->selfref);
+    p->selfref = LUA_NOREF;
+  }
+}
+
+
+/* ----------------------------------------------------------------- spawn */
+
+
+/* Look `name` up on the sandbox's PATH (never sbxlua's own). */
+static int find_program(const char *name, const char *path, char *buf,
+                        size_t size) {
+  struct stat st;
+  if (strchr(name, '/')) {
+    if (strlen(name) >= size) return ENAMETOOLONG;
+    strcpy(buf, name);
+    return 0;
+  }
+  if (!*name) return ENOENT;
+  while (path && *path) {
+    const char *end = strchrnul(path, ':');
+    int len = (int)(end - path);
+    if (len > 0 && path[0] == '/' &&
+        snprintf(buf, size, "%.*s/%s", len, path, name) < (int)size &&
+        stat(buf, &st) == 0 && S_ISREG(st.st_mode) && access(buf, X_OK) == 0)
+      return 0;
+    path = *end ? end + 1 : end;
+  }
+  return ENOENT;
+}
+
+static const char *env_path(const char **envp) {
+  for (; *envp; envp++)
+    if (strncmp(*envp, "PATH=", 5) == 0) return *envp + 5;
+  return "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+}
+
+/* proc.which(name, [PATH]) -> path | nil */
+static int proc_which(lua_State *L) {
+  char buf[4096];
+  const char *name = luaL_checkstring(L, 1);
+  const char *envp[2] = {NULL, NULL};
+  if (!lua_isnoneornil(L, 2))
+    envp[0] = lua_pushfstring(L, "PATH=%s", luaL_checkstring(L, 2));
+  if (find_program(name, env_path(envp), buf, sizeof buf) != 0) return 0;
+  lua_pushstring(L, buf);
+  return 1;
+}
+
+typedef struct request {
+  const char *path, *cwd;
+  char **argv, **envp;
+  int in, out, err, report, use_cgroup;
+  pid_t parent;
+} request;
+
+typedef struct report { int stage, err; } report;
+
+static void move_fd(int from, int to) {
+  if (from == to) fcntl(to, F_SETFD, 0);  /* dup2 would keep O_CLOEXEC */
+  else dup2(from, to);
+}
+
+/* In the child: only system calls from here to execve. */
+static void child(const request *r) {
+  sigset_t none;
+  report rep = {0, 0};
+  sigemptyset(&none);
+  for (int s = 1; s < NSIG; s++)
+    if (s != SIGKILL && s != SIGSTOP) signal(s, SIG_DFL);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  setpgid(0, 0);
+  if (!r->use_cgroup) prctl(PR_SET_CHILD_SUBREAPER, 1);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != r->parent) _exit(127);
+  int in = r->in >= 0 ? r->in : open("/dev/null", O_RDONLY | O_CLOEXEC);
+  move_fd(in, 0);
+  move_fd(r->out, 1);
+  move_fd(r->err, 2);
+  if (r->cwd && chdir(r->cwd) < 0) {
+    rep.stage = 1;
+    goto fail;
+  }
+  syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
+  execve(r->path, r->argv, r->envp);
+  rep.stage = 2;
+fail:
+  rep.err = errno;
+  if (write(r->report, &rep, sizeof rep) < 0) _exit(126);
+  _exit(127);
+}
+
+static char **string_list(lua_State *L, int t, const char *field, int env) {
+  lua_getfield(L, t, field);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+  }
+  luaL_argcheck(L, lua_istable(L, -1), 1, lua_pushfstring(L, "'%s' must be a list of strings", field));
+  int n = (int)luaL_len(L, -1);
+  char **list = lua_newuserdatauv(L, (n + 1) * sizeof *list, 0);
+  for (int i = 1; i <= n; i++) {
+    size_t len;
+    int isstr = lua_rawgeti(L, -2, i) == LUA_TSTRING;
+    const char *s = isstr ? lua_tolstring(L, -1, &len) : NULL;
+    if (!s || strlen(s) != len)
+      luaL_error(L, "%s[%d] must be a string without NUL bytes", field, i);
+    if (env && (s[0] == '=' || !strchr(s, '=')))
+      luaL_error(L, "env[%d] must look like NAME=VALUE: %s", i, s);
+    list[i - 1] = (char *)s;       /* anchored by the options table */
+    lua_pop(L, 1);
+  }
+  list[n] = NULL;
+  lua_replace(L, -2);              /* keep the box on the stack */
+  return list;
+}
+
+static int open_pipe(int fds[2], int nonblock_end) {
+  if (pipe2(fds, O_CLOEXEC) < 0) return -1;
+  fcntl(fds[nonblock_end], F_SETFL, O_NONBLOCK);
+  return 0;
+}
+
+static int make_cgroup(const char *parent, char **out) {
+  static unsigned long counter;
+  char buf[4096];
+  int n = snprintf(buf, sizeof buf, "%s/c%d.%lu", parent, (int)getpid(),
+                   ++counter);
+  if (n < 0 || n >= (int)sizeof buf) return ENAMETOOLONG;
+  if (mkdir(buf, 0755) < 0) return errno;
+  *out = strdup(buf);
+  return *out ? 0 : ENOMEM;
+}
+
+static void close_pair(int fds[2]) {
+  if (fds[0] >= 0) close(fds[0]);
+  if (fds[1] >= 0) close(fds[1]);
+  fds[0] = fds[1] = -1;
+}
+
+static int spawn_failed(lua_State *L, proc *p, int fds[4][2], int err,
+                        const char *what) {
+  for (int i = 0; i < 4; i++) close_pair(fds[i]);
+  proc_release(p);
+  return sbx_fail_errno(L, "spawn", what, err);
+}
+
+/* proc.spawn{argv=, env=, cwd=, stdin=, keep_stdin=, max_output=,
+**            stream=, timeout=, cgroup=} -> Proc | nil, msg, code */
+static int proc_spawn(lua_State *L) {
+  char path[4096];
+  int fds[4][2] = {{-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}};
+  request r = {0};
+  size_t inlen = 0;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  r.argv = string_list(L, 1, "argv", 0);          /* 2 */
+  r.envp = string_list(L, 1, "env", 1);           /* 3 */
+  luaL_argcheck(L, r.argv[0] != NULL, 1, "argv must not be empty");
+  lua_getfield(L, 1, "cwd");                      /* 4 */
+  r.cwd = luaL_optstring(L, -1, NULL);
+  lua_getfield(L, 1, "stdin");                    /* 5 */
+  const char *in = luaL_optlstring(L, -1, NULL, &inlen);
+  lua_getfield(L, 1, "keep_stdin");
+  int keep = lua_toboolean(L, -1);
+  lua_getfield(L, 1, "stream");
+  int streaming = lua_toboolean(L, -1);
+  lua_getfield(L, 1, "max_output");
+  lua_Integer max = luaL_optinteger(L, -1, 1 << 20);
+  luaL_argcheck(L, max >= 0, 1, "max_output must be >= 0");
+  lua_getfield(L, 1, "timeout");
+  double timeout = luaL_optnumber(L, -1, 0);
+  luaL_argcheck(L, timeout >= 0 && timeout == timeout, 1, "timeout must be >= 0");
+  lua_getfield(L, 1, "cgroup");
+  const char *cgparent = luaL_optstring(L, -1, NULL);
+  lua_settop(L, 5);
+
+  proc *p = lua_newuserdatauv(L, sizeof *p, 0);   /* 6, closed until ready */
+  memset(p, 0, sizeof *p);
+  p->closed = 1;
+  p->lp = sbx_loop_get(L);
+  p->pidfd = p->infd = p->out.fd = p->err.fd = -1;
+  p->selfref = LUA_NOREF;
+  p->tm.idx = -1;
+  p->out.owner = p->err.owner = p;
+  luaL_setmetatable(L, PROC_MT);
+  p->closed = 0;
+
+  int e = find_program(r.argv[0], env_path((const char **)r.envp), path,
+                       sizeof path);
+  if (e) return spawn_failed(L, p, fds, e, r.argv[0]);
+  if (cgparent && (e = make_cgroup(cgparent, &p->cgroup)) != 0)
+    return spawn_failed(L, p, fds, e, cgparent);
+  if (open_pipe(fds[0], 0) < 0 || open_pipe(fds[1], 0) < 0 ||
+      pipe2(fds[3], O_CLOEXEC) < 0 ||
+      ((in || keep) && open_pipe(fds[2], 1) < 0))
+    return spawn_failed(L, p, fds, errno, "pipe");
+  int cgfd = -1;
+  if (p->cgroup &&
+      (cgfd = open(p->cgroup, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+    return spawn_failed(L, p, fds, errno, p->cgroup);
+
+  r.path = path;
+  r.in = fds[2][0];
+  r.out = fds[0][1];
+  r.err = fds[1][1];
+  r.report = fds[3][1];
+  r.use_cgroup = cgfd >= 0;
+  r.parent = getpid();
+  struct clone_args ca = {0};
+  int pidfd = -1;
+  ca.flags = CLONE_PIDFD | (cgfd >= 0 ? CLONE_INTO_CGROUP : 0);
+  ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
+  ca.exit_signal = SIGCHLD;
+  ca.cgroup = cgfd >= 0 ? (uint64_t)cgfd : 0;
+  p->start = sbx_now();
+  pid_t pid = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
+  if (pid == 0) child(&r);
+  e = errno;
+  if (cgfd >= 0) close(cgfd);
+  if (pid < 0) return spawn_failed(L, p, fds, e, "clone3");
+  p->pid = pid;
+  p->pidfd = pidfd;
+  close(fds[0][1]); fds[0][1] = -1;
+  close(fds[1][1]); fds[1][1] = -1;
+  close(fds[3][1]); fds[3][1] = -1;
+  if (fds[2][0] >= 0) { close(fds[2][0]); fds[2][0] = -1; }
+
+  report rep;
+  ssize_t n;
+  while ((n = read(fds[3][0], &rep, sizeof rep)) < 0 && errno == EINTR) {}
+  if (n == (ssize_t)sizeof rep) {
+    reap(p, 1);
+    p->pid = 0;
+    return spawn_failed(L, p, fds, rep.err,
+                        rep.stage == 1 ? lua_pushfstring(L, "cwd %s", r.cwd)
+                                       : r.argv[0]);
+  }
+  close_pair(fds[3]);
+
+  p->out.fd = fds[0][0];
+  p->err.fd = fds[1][0];
+  p->infd = fds[2][1];
+  fds[0][0] = fds[1][0] = fds[2][1] = -1;
+  p->out.max = p->err.max = (size_t)max;
+  p->streaming = streaming;
+  p->out.w.cb = p->err.w.cb = stream_cb;
+  sbx_watch_set(p->lp, &p->out.w, p->out.fd, EPOLLIN);
+  sbx_watch_set(p->lp, &p->err.w, p->err.fd, EPOLLIN);
+  p->pw.cb = exit_cb;
+  sbx_watch_set(p->lp, &p->pw, p->pidfd, EPOLLIN);
+  p->iw.cb = stdin_cb;
+  if (timeout > 0) {
+    p->tm.cb = timeout_cb;
+    sbx_timer_start(p->lp, &p->tm, timeout);
+  }
+  lua_pushvalue(L, 6);
+  p->selfref = luaL_ref(L, LUA_REGISTRYINDEX);
+  if (in) {
+    p->close_after = !keep;
+    if (inlen > 0 && (p->in = malloc(inlen)) != NULL) {
+      memcpy(p->in, in, inlen);
+      p->inlen = inlen;
+    }
+    stdin_pump(p);
+  }
+  lua_settop(L, 6);
+  return 1;
+}
+
+
+/* -------------------------------------------------------------- methods */
+
+static proc *check_proc(lua_State *L) {
+  proc *p = luaL_checkudata(L, 1, PROC_MT);
+  if (p->closed) luaL_error(L, "attempt to use a closed process");
+  return p;
+}
+
+/* Suspend until the process changes state, then call k again. */
+static int wait_change(lua_State *L, proc *p, lua_KFunction k) {
+  sbx_waiter *w = lua_newuserdatauv(L, sizeof *w, 0);
+  memset(w, 0, sizeof *w);
+  w->next = p->waiters;
+  p->waiters = w;
+  lua_replace(L, 2);               /* stack: proc, waiter */
+  return sbx_await(L, w, (lua_KContext)p, k);
+}
+
+static int cancelled(lua_State *L, proc *p) {
+  sbx_waiter *w = lua_touserdata(L, 2);
+  if (w && !w->done) {
+    forget_waiter(p, w);
+    return 1;
+  }
+  return 0;
+}
+
+static const char *signame(int sig) {
+  static char buf[32];
+  const char *abbrev = sigabbrev_np(sig);
+  if (!abbrev) return "SIGUNKNOWN";
+  snprintf(buf, sizeof buf, "SIG%s", abbrev);
+  return buf;
+}
+
+static int push_result(lua_State *L, proc *p) {
+  lua_createtable(L, 0, 7);
+  lua_pushlstring(L, p->out.buf ? p->out.buf : "", p->out.len);
+  lua_setfield(L, -2, "stdout");
+  lua_pushlstring(L, p->err.buf ? p->err.buf : "", p->err.len);
+  lua_setfield(L, -2, "stderr");
+  if (p->sig) {
+    lua_pushstring(L, signame(p->sig));
+    lua_setfield(L, -2, "signal");
+  } else {
+    lua_pushinteger(L, p->code);
+    lua_setfield(L, -2, "exit_code");
+  }
+  lua_pushboolean(L, p->timed_out);
+  lua_setfield(L, -2, "timed_out");
+  lua_pushboolean(L, p->out.truncated || p->err.truncated);
+  lua_setfield(L, -2, "truncated");
+  lua_pushinteger(L, (lua_Integer)((p->end - p->start) * 1000.0 + 0.5));
+  lua_setfield(L, -2, "duration_ms");
+  return 1;
+}
+
+static int wait_k(lua_State *L, int status, lua_KContext ctx) {
+  proc *p = (proc *)ctx;
+  (void)status;
+  if (cancelled(L, p)) {
+    kill_tree(p, SIGKILL);
+    return sbx_raise_cancelled(L);
+  }
+  if (p->closed) return luaL_error(L, "the process was closed while waiting");
+  if (!finished(p)) return wait_change(L, p, wait_k);
+  return push_result(L, p);
+}
+
+/* proc:wait() -> result; chunks not yet read() are dropped from the queue */
+static int proc_wait(lua_State *L) {
+  proc *p = check_proc(L);
+  lua_settop(L, 1);
+  lua_pushnil(L);
+  sbx_check_cancel(L);
+  if (p->streaming) {              /* nobody reads chunks any more */
+    p->streaming = 0;
+    while (p->qhead) {
+      chunk *c = p->qhead;
+      p->qhead = c->next;
+      free(c);
+    }
+    p->qtail = NULL;
+    p->qbytes = 0;
+    resume_streams(p);
+  }
+  return wait_k(L, LUA_OK, (lua_KContext)p);
+}
+
+static int read_k(lua_State *L, int status, lua_KContext ctx) {
+  proc *p = (proc *)ctx;
+  (void)status;
+  if (cancelled(L, p)) return sbx_raise_cancelled(L);
+  if (p->closed) return 0;
+  if (p->qhead) {
+    chunk *c = p->qhead;
+    p->qhead = c->next;
+    if (!p->qhead) p->qtail = NULL;
+    p->qbytes -= c->len;
+    lua_pushstring(L, c->which == 1 ? "stdout" : "stderr");
+    lua_pushlstring(L, c->data, c->len);
+    free(c);
+    if (p->qbytes < QUEUE_MAX / 2) resume_streams(p);
+    return 2;
+  }
+  if (finished(p) || !p->streaming) return 0;
+  return wait_change(L, p, read_k);
+}
+
+/* proc:read() -> "stdout"|"stderr", chunk | nil at the end (stream mode) */
+static int proc_read(lua_State *L) {
+  proc *p = check_proc(L);
+  lua_settop(L, 1);
+  lua_pushnil(L);
+  sbx_check_cancel(L);
+  return read_k(L, LUA_OK, (lua_KContext)p);
+}
+
+static int write_k(lua_State *L, int status, lua_KContext ctx) {
+  proc *p = (proc *)ctx;
+  (void)status;
+  if (cancelled(L, p)) return sbx_raise_cancelled(L);
+  if (p->infd < 0)
+    return sbx_fail(L, "write", "stdin is closed (the process may have "
+                                 "exited)", "EPIPE");
+  if (p->inoff < p->inlen) return wait_change(L, p, write_k);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* proc:write(data) -> true | nil, msg, code; waits until the pipe took it */
+static int proc_write(lua_State *L) {
+  proc *p = check_proc(L);
+  size_t n;
+  const char *data = luaL_checklstring(L, 2, &n);
+  sbx_check_cancel(L);
+  if (p->infd < 0 || p->close_after)
+    return sbx_fail(L, "write", "stdin is closed", "EPIPE");
+  char *buf = realloc(p->in, p->inlen + n);
+  if (!buf) return sbx_fail_errno(L, "write", NULL, ENOMEM);
+  memcpy(buf + p->inlen, data, n);
+  p->in = buf;
+  p->inlen += n;
+  stdin_pump(p);
+  lua_settop(L, 1);
+  lua_pushnil(L);
+  return write_k(L, LUA_OK, (lua_KContext)p);
+}
+
+/* proc:close_stdin() */
+static int proc_close_stdin(lua_State *L) {
+  proc *p = check_proc(L);
+  p->close_after = 1;
+  if (p->infd >= 0 && p->inoff >= p->inlen) stdin_close(p);
+  return 0;
+}
+
+/* proc:kill([signal]) -- SIGKILL (default) takes the whole tree */
+static int proc_kill(lua_State *L) {
+  proc *p = check_proc(L);
+  int sig = (int)luaL_optinteger(L, 2, SIGKILL);
+  luaL_argcheck(L, sig > 0 && sig < NSIG, 2, "invalid signal number");
+  if (!p->exited) kill_tree(p, sig);
+  return 0;
+}
+
+/* proc:expire(): the caller's deadline passed: kill the tree, timed_out */
+static int proc_expire(lua_State *L) {
+  proc *p = check_proc(L);
+  if (!p->exited) {
+    p->timed_out = 1;
+    kill_tree(p, SIGKILL);
+  }
+  return 0;
+}
+
+/* proc:running() -> boolean */
+static int proc_running(lua_State *L) {
+  proc *p = check_proc(L);
+  lua_pushboolean(L, !p->exited);
+  return 1;
+}
+
+/* proc:close(): kill whatever is left and free everything (idempotent) */
+static int proc_close(lua_State *L) {
+  proc *p = luaL_checkudata(L, 1, PROC_MT);
+  proc_release(p);
+  return 0;
+}
+
+static int proc_tostring(lua_State *L) {
+  proc *p = luaL_checkudata(L, 1, PROC_MT);
+  lua_pushfstring(L, "sbx.Proc (pid %d%s)", (int)p->pid,
+                  p->closed ? ", closed" : p->exited ? ", exited" : "");
+  return 1;
+}
+
+static int proc_index(lua_State *L) {
+  proc *p = luaL_checkudata(L, 1, PROC_MT);
+  const char *k = luaL_checkstring(L, 2);
+  if (strcmp(k, "pid") == 0) {
+    lua_pushinteger(L, p->pid);
+    return 1;
+  }
+  lua_getmetatable(L, 1);
+  lua_getfield(L, -1, "methods");
+  lua_getfield(L, -1, k);
+  return 1;
+}
+
+static const luaL_Reg proc_methods[] = {
+  {"wait", proc_wait},
+  {"read", proc_read},
+  {"write", proc_write},
+  {"close_stdin", proc_close_stdin},
+  {"kill", proc_kill},
+  {"running", proc_running},
+  {"expire", proc_expire},
+  {"close", proc_close},
+  {NULL, NULL}
+};
+
+/* proc.getpid() -> sbxlua's own pid */
+static int proc_getpid(lua_State *L) {
+  lua_pushinteger(L, getpid());
+  return 1;
+}
+
+static const luaL_Reg proc_funcs[] = {
+  {"getpid", proc_getpid},
+  {"spawn", proc_spawn},
+  {"which", proc_which},
+  {NULL, NULL}
+};
+
+int luaopen_sbx_proc(lua_State *L) {
+  if (luaL_newmetatable(L, PROC_MT)) {
+    luaL_newlib(L, proc_methods);
+    lua_setfield(L, -2, "methods");
+    lua_pushcfunction(L, proc_index);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, proc_close);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, proc_close);
+    lua_setfield(L, -2, "__close");
+    lua_pushcfunction(L, proc_tostring);
+    lua_setfield(L, -2, "__tostring");
+  }
+  lua_pop(L, 1);
+  luaL_newlib(L, proc_funcs);
+  return 1;
+}

@@ -1,0 +1,117 @@
+/*
+** The Lua library is compiled into the binary (and into sbx.so): a searcher
+** placed right after package.preload finds `sbx.*` modules there, or under
+** $SBX_LUA_PATH when a developer points it at the source tree.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "lauxlib.h"
+#include "lualib.h"
+#include "cgroup.h"
+#include "loop.h"
+#include "sbx.h"
+
+typedef struct embedded { const char *name; const char *src; size_t len; } embedded;
+extern const embedded sbx_embedded[];
+
+int luaopen_sbx_proc(lua_State *L);
+int luaopen_sbx_fs(lua_State *L);
+
+static const embedded *find_embedded(const char *name) {
+  for (const embedded *e = sbx_embedded; e->name; e++)
+    if (strcmp(e->name, name) == 0) return e;
+  return NULL;
+}
+
+static int is_ours(const char *name) {
+  return strcmp(name, "sbx") == 0 || strncmp(name, "sbx.", 4) == 0;
+}
+
+/* Load `name` from $SBX_LUA_PATH: "sbx.a.b" -> DIR/sbx/a/b.lua, or
+** DIR/sbx/a/b/init.lua. Pushes the chunk or an error string. */
+static int load_from_dir(lua_State *L, const char *dir, const char *name) {
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  luaL_addstring(&b, dir);
+  luaL_addchar(&b, '/');
+  for (const char *p = name; *p; p++) luaL_addchar(&b, *p == '.' ? '/' : *p);
+  luaL_pushresult(&b);
+  const char *base = lua_tostring(L, -1);
+  const char *file = lua_pushfstring(L, "%s.lua", base);
+  if (luaL_loadfile(L, file) == LUA_OK) return 1;
+  lua_pop(L, 1);
+  file = lua_pushfstring(L, "%s/init.lua", base);
+  if (luaL_loadfile(L, file) == LUA_OK) return 1;
+  return 0;
+}
+
+/* package.searchers entry */
+static int searcher(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  const char *dir = getenv("SBX_LUA_PATH");
+  if (!is_ours(name)) {
+    lua_pushfstring(L, "no module '%s' in sbxlua", name);
+    return 1;
+  }
+  if (dir && *dir) {
+    if (load_from_dir(L, dir, name)) {
+      lua_pushstring(L, dir);
+      return 2;
+    }
+    if (lua_type(L, -1) == LUA_TSTRING && strstr(lua_tostring(L, -1), ".lua:"))
+      return lua_error(L);         /* a syntax error, not a missing file */
+  }
+  const embedded *e = find_embedded(name);
+  if (!e) {
+    lua_pushfstring(L, "no module '%s' embedded in sbxlua", name);
+    return 1;
+  }
+  char chunk[256];
+  size_t n = strlen(name);
+  memcpy(chunk, "@lua/", 5);
+  for (size_t i = 0; i < n && i < 200; i++)
+    chunk[5 + i] = name[i] == '.' ? '/' : name[i];
+  strcpy(chunk + 5 + (n < 200 ? n : 200), strchr(name, '.') ? ".lua" : "/init.lua");
+  if (luaL_loadbuffer(L, e->src, e->len, chunk) != LUA_OK) return lua_error(L);
+  lua_pushstring(L, ":embedded:");
+  return 2;
+}
+
+static void preload(lua_State *L, const char *name, lua_CFunction f) {
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+  lua_pushcfunction(L, f);
+  lua_setfield(L, -2, name);
+  lua_pop(L, 1);
+}
+
+void sbx_openlibs(lua_State *L) {
+  preload(L, "sbx.loop", luaopen_sbx_loop);
+  preload(L, "sbx.proc", luaopen_sbx_proc);
+  preload(L, "sbx.fs", luaopen_sbx_fs);
+  preload(L, "sbx.cgroup", luaopen_sbx_cgroup);
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "searchers");
+  lua_pushcfunction(L, searcher);
+  for (lua_Integer i = luaL_len(L, -2); i >= 2; i--) {  /* insert at 2 */
+    lua_rawgeti(L, -2, i);
+    lua_rawseti(L, -3, i + 1);
+  }
+  lua_rawseti(L, -2, 2);
+  lua_pop(L, 2);
+  lua_pushstring(L, SBX_VERSION);
+  lua_setfield(L, LUA_REGISTRYINDEX, "sbx.version");
+}
+
+/* require "sbx" from any Lua 5.4 host: the C module sbx.so */
+int luaopen_sbx(lua_State *L) {
+  sbx_openlibs(L);
+  lua_pushcfunction(L, searcher);
+  lua_pushstring(L, "sbx");
+  lua_call(L, 1, 2);
+  if (!lua_isfunction(L, -2)) return luaL_error(L, "%s", lua_tostring(L, -1));
+  lua_pushstring(L, "sbx");
+  lua_insert(L, -2);
+  lua_call(L, 2, 1);
+  return 1;
+}

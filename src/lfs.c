@@ -117,8 +117,8 @@ static int beneath(int rootfd, const char *rel, int flags, int mode, int *err) {
   struct open_how how;
   int tries = 0;
   memset(&how, 0, sizeof how);
-  how.flags = (uint64_t)(flags | O_CLOEXEC);
-  how.mode = (flags & O_CREAT) ? (uint64_t)mode : 0;
+  how.flags = (uint64_t)(unsigned)(flags | O_CLOEXEC);
+  how.mode = (flags & O_CREAT) ? (uint64_t)(unsigned)mode : 0;
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
   for (;;) {
     long fd = syscall(SYS_openat2, rootfd, *rel ? rel : ".", &how, sizeof how);
@@ -168,10 +168,18 @@ static int mkdir_p(int rootfd, char *rel, int *err) {
   }
 }
 
-static const char *type_name(mode_t m) {
-  return S_ISREG(m) ? "file" : S_ISDIR(m) ? "dir" : S_ISLNK(m) ? "link"
-       : S_ISFIFO(m) ? "fifo" : S_ISSOCK(m) ? "socket" : S_ISCHR(m) ? "char"
-       : S_ISBLK(m) ? "block" : "other";
+/* stack: table -> table; sets the stat fields shared by list and stat */
+static void set_stat(lua_State *L, const struct stat *st) {
+  mode_t m = st->st_mode;
+  lua_pushstring(L, S_ISREG(m) ? "file" : S_ISDIR(m) ? "dir"
+                 : S_ISLNK(m) ? "link" : S_ISFIFO(m) ? "fifo"
+                 : S_ISSOCK(m) ? "socket" : S_ISCHR(m) ? "char"
+                 : S_ISBLK(m) ? "block" : "other");
+  lua_setfield(L, -2, "type");
+  lua_pushinteger(L, (lua_Integer)st->st_size);
+  lua_setfield(L, -2, "size");
+  lua_pushinteger(L, (lua_Integer)st->st_mtim.tv_sec);
+  lua_setfield(L, -2, "mtime");
 }
 
 /* ---------------------------------------------------------------------
@@ -179,14 +187,17 @@ static const char *type_name(mode_t m) {
 */
 typedef struct Box { int fd; DIR *dir; } Box;
 
-static int box_close(lua_State *L) {
-  Box *b = luaL_checkudata(L, 1, "sbx.FsBox");
+static void box_release(Box *b) {
   DIR *d = b->dir;
   int fd = b->fd;
   b->dir = NULL;
   b->fd = -1;
   if (d) closedir(d);
   else if (fd >= 0) close(fd);
+}
+
+static int box_close(lua_State *L) {
+  box_release(luaL_checkudata(L, 1, "sbx.FsBox"));
   return 0;
 }
 
@@ -195,19 +206,18 @@ static int box_tostring(lua_State *L) {
   return 1;
 }
 
+static int box_fail(lua_State *L, Box *bx, const char *op, const char *path,
+                    int err) {
+  box_release(bx);
+  return fs_fail(L, op, path, err);
+}
+
 static Box *box_new(lua_State *L) {
   Box *b = lua_newuserdatauv(L, sizeof *b, 0);
   b->fd = -1;
   b->dir = NULL;
   luaL_setmetatable(L, "sbx.FsBox");
   return b;
-}
-
-static void box_release(Box *b) {
-  if (b->dir) closedir(b->dir);
-  else if (b->fd >= 0) close(b->fd);
-  b->dir = NULL;
-  b->fd = -1;
 }
 
 /* Read the regular file in bx->fd, at most max bytes; pushes the results. */
@@ -221,10 +231,7 @@ static int read_box(lua_State *L, Box *bx, const char *op, const char *path,
   else if (S_ISDIR(st.st_mode)) err = EISDIR;
   else if (!S_ISREG(st.st_mode)) err = E_NOTREG;
   else if (st.st_size > max) err = E_TOOBIG;
-  if (err) {
-    box_release(bx);
-    return fs_fail(L, op, path, err);
-  }
+  if (err) return box_fail(L, bx, op, path, err);
   want = (size_t)st.st_size + 1;  /* +1 notices a file that grew */
   luaL_buffinitsize(L, &b, want);
   for (;;) {
@@ -238,8 +245,8 @@ static int read_box(lua_State *L, Box *bx, const char *op, const char *path,
     if (total > (size_t)max) { err = E_TOOBIG; break; }
     want = 64 * 1024;
   }
+  if (err) return box_fail(L, bx, op, path, err);
   box_release(bx);
-  if (err) return fs_fail(L, op, path, err);
   luaL_pushresult(&b);
   return 1;
 }
@@ -282,9 +289,12 @@ static void rm_note(Rm *rm, int err) {
   if (!rm->err) rm->err = err;
 }
 
-static uint64_t mount_id(int fd) {
+/* The mount id of fd (0 if unknown); *mroot: is fd the root of a mount? */
+static uint64_t mount_of(int fd, int *mroot) {
   struct statx sx;
+  *mroot = 0;
   if (statx(fd, "", AT_EMPTY_PATH, STATX_MNT_ID, &sx) < 0) return 0;
+  *mroot = (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT) != 0;
   return (sx.stx_mask & STATX_MNT_ID) ? sx.stx_mnt_id : 0;
 }
 
@@ -322,7 +332,7 @@ static void rm_contents(Rm *rm, int dfd, int depth) {
     struct dirent *e;
     progress = 0;
     for (;;) {
-      int fd = dirfd(d), err, cfd;
+      int fd = dirfd(d), err, cfd, mroot;
       errno = 0;
       if (!(e = readdir(d))) break;
       const char *n = e->d_name;
@@ -341,7 +351,7 @@ static void rm_contents(Rm *rm, int dfd, int depth) {
         rm_note(rm, errno == ENOTDIR || errno == ELOOP ? err : errno);
         continue;
       }
-      if (rm->mnt && mount_id(cfd) != rm->mnt) {  /* never cross mounts */
+      if (mount_of(cfd, &mroot) != rm->mnt || mroot) {  /* never cross */
         rm_note(rm, EXDEV);
         close(cfd);
         continue;
@@ -359,14 +369,18 @@ static void rm_contents(Rm *rm, int dfd, int depth) {
 /* Remove dfd/name and everything below it; 0 or an errno. */
 static int rm_tree(int dfd, const char *name) {
   Rm rm = {-1, 0, 0, 0};
-  int fd;
+  int fd, mroot;
   if (unlinkat(dfd, name, 0) == 0) return 0;
   if (errno != EISDIR && errno != EPERM) return errno;
   rm_fix(dfd, name);
   fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return errno;
   rm.topfd = fd;
-  rm.mnt = mount_id(fd);
+  rm.mnt = mount_of(fd, &mroot);
+  if (mroot) {  /* a mount point: its contents are not ours to remove */
+    close(fd);
+    return EXDEV;
+  }
   int wfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (wfd < 0) rm_note(&rm, errno);
   else rm_contents(&rm, wfd, 0);
@@ -466,24 +480,17 @@ static int root_list(lua_State *L) {
   Box *bx = box_new(L);
   bx->fd = beneath(r->fd, rel, O_RDONLY | O_DIRECTORY, 0, &err);
   if (bx->fd < 0) return fs_fail(L, "list", path, err);
-  if (!(bx->dir = fdopendir(bx->fd))) {
-    err = errno;
-    box_release(bx);
-    return fs_fail(L, "list", path, err);
-  }
+  if (!(bx->dir = fdopendir(bx->fd)))
+    return box_fail(L, bx, "list", path, errno);
   const char **v = sorted_names(L, bx->dir, &n, &err);
-  if (err) {
-    box_release(bx);
-    return fs_fail(L, "list", path, err);
-  }
+  if (err) return box_fail(L, bx, "list", path, err);
   /* stack: box, names, ptrs, result */
   lua_createtable(L, n, 0);
   for (int i = 0, k = 0; i < n; i++) {
     struct stat st;
     if (fstatat(dirfd(bx->dir), v[i], &st, AT_SYMLINK_NOFOLLOW) < 0) {
-      if ((err = errno) == ENOENT) continue;  /* removed meanwhile */
-      box_release(bx);
-      return fs_fail(L, "list", path, err);
+      if (errno == ENOENT) continue;  /* removed meanwhile */
+      return box_fail(L, bx, "list", path, errno);
     }
     lua_createtable(L, 0, 6);
     lua_pushstring(L, v[i]);
@@ -494,12 +501,7 @@ static int root_list(lua_State *L) {
     lua_setfield(L, -2, "path");
     lua_pushboolean(L, S_ISDIR(st.st_mode));
     lua_setfield(L, -2, "is_dir");
-    lua_pushinteger(L, (lua_Integer)st.st_size);
-    lua_setfield(L, -2, "size");
-    lua_pushinteger(L, (lua_Integer)st.st_mtim.tv_sec);
-    lua_setfield(L, -2, "mtime");
-    lua_pushstring(L, type_name(st.st_mode));
-    lua_setfield(L, -2, "type");
+    set_stat(L, &st);
     lua_rawseti(L, -2, ++k);
   }
   box_release(bx);
@@ -520,12 +522,7 @@ static int root_stat(lua_State *L) {
   close(fd);
   if (err) return fs_fail(L, "stat", path, err);
   lua_createtable(L, 0, 4);
-  lua_pushstring(L, type_name(st.st_mode));
-  lua_setfield(L, -2, "type");
-  lua_pushinteger(L, (lua_Integer)st.st_size);
-  lua_setfield(L, -2, "size");
-  lua_pushinteger(L, (lua_Integer)st.st_mtim.tv_sec);
-  lua_setfield(L, -2, "mtime");
+  set_stat(L, &st);
   lua_pushinteger(L, (lua_Integer)(st.st_mode & 07777));
   lua_setfield(L, -2, "mode");
   return 1;
@@ -814,10 +811,7 @@ static int fs_list_host(lua_State *L) {
   Box *bx = box_new(L);
   if (!(bx->dir = opendir(dir))) return fs_fail(L, "list", dir, errno);
   const char **v = sorted_names(L, bx->dir, &n, &err);
-  if (err) {
-    box_release(bx);
-    return fs_fail(L, "list", dir, err);
-  }
+  if (err) return box_fail(L, bx, "list", dir, err);
   lua_createtable(L, n, 0);
   for (int i = 0; i < n; i++) {
     lua_pushstring(L, v[i]);

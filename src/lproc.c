@@ -253,7 +253,7 @@ static void after_exit(proc *p) {
   stdin_close(p);
   /* Daemons the command left behind keep its cgroup busy: they live on
   ** in the sandbox's cgroup until the sandbox is destroyed. */
-  if (p->cgroup) sbx_cgroup_remove(p->cgroup, 0);
+  if (p->cgroup) sbx_cgroup_remove(p->cgroup, p->timed_out);
   free(p->cgroup);
   p->cgroup = NULL;
   notify(p);

@@ -112,15 +112,15 @@ function M.providers(args)
   if o.json then
     say(sbx.json.encode(all), "\n")
   elseif o.matrix then
-    say("| backend | available | isolation | ", table.concat(ALL_CAPS, " | "), " |\n")
-    say("|---|---|---|", string.rep("---|", #ALL_CAPS), "\n")
+    -- capabilities only: what a backend can do, not whether this machine has it
+    say("| backend | isolation | ", table.concat(ALL_CAPS, " | "), " |\n")
+    say("|---|---|", string.rep("---|", #ALL_CAPS), "\n")
     for _, n in ipairs(names) do
       local d, cells = all[n], {}
       local has = {}
       for _, c in ipairs(d.capabilities or {}) do has[c] = true end
       for i, c in ipairs(ALL_CAPS) do cells[i] = has[c] and "yes" or "-" end
-      say("| ", n, " | ", d.available and "yes" or "no", " | ", d.isolation or "-", " | ",
-          table.concat(cells, " | "), " |\n")
+      say("| ", n, " | ", d.isolation or "(planned)", " | ", table.concat(cells, " | "), " |\n")
     end
   else
     for _, n in ipairs(names) do
@@ -174,13 +174,17 @@ function M.gc(args)
   end
   -- The provider's own list is trusted over the journal: anything on disk
   -- that belongs to a session which is not alive goes too.
-  local live_sessions = {}
+  local live_sessions, journaled = {}, {}
   for _, s in ipairs(owner.sessions()) do if s.live then live_sessions[s.id] = true end end
+  for _, s in pairs(dead) do
+    for _, e in ipairs(s.sandboxes) do journaled[e.id] = true end
+  end
   local extra = {}
   for _, name in ipairs(providers.names) do
     local p = providers.get(name)
     for _, r in ipairs(p.list_owned and p.list_owned() or {}) do
-      if not live_sessions[r.session] and r.session ~= owner.session_id() then
+      if not live_sessions[r.session] and r.session ~= owner.session_id()
+         and not journaled[r.id] then
         extra[#extra + 1] = { provider = p, entry = { id = r.id, session = r.session,
                               backend = name, dir = r.dir, state = { dir = r.dir, own = true } } }
       end

@@ -144,6 +144,12 @@ function M.end_session()
   s.lock:unlock()
 end
 
+-- Embedded in another host (require "sbx" from lua5.4), nobody calls
+-- destroy_all at exit: closing the Lua state does, through this finalizer.
+M._sentinel = setmetatable({}, { __gc = function()
+  if next(owned) ~= nil then pcall(M.destroy_all) end
+end })
+
 -- ------------------------------------------------------------- read back
 
 local function read_journal(path)

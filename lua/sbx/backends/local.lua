@@ -17,7 +17,7 @@ M.descriptor = {
   name = "local",
   description = "host processes in a private directory (no security boundary)",
   isolation = "process",
-  capabilities = { "exec", "files", "streaming", "background", "resume" },
+  capabilities = { "exec", "files", "streaming", "background", "resume", "network" },
   -- create options it honours beyond the ones every backend takes
   options = { workdir = true },
   price = { per_hour = 0, per_vcpu_hour = 0, per_gib_hour = 0 },

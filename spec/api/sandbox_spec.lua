@@ -1,0 +1,183 @@
+-- The facade's contract: options, typed errors, routing basics, clients,
+-- resume, parallel semantics.
+local sbx = require "sbx"
+local loop = require "sbx.loop"
+local owner = require "sbx.owner"
+
+local function kind_of(fn)
+  local ok, err = pcall(fn)
+  assert.is_false(ok, "expected an error")
+  return type(err) == "table" and err.kind or ("string: " .. tostring(err)), err
+end
+
+describe("sbx.sandbox options", function()
+  it("rejects unknown options with a suggestion", function()
+    local kind, err = kind_of(function() sbx.sandbox("local", { imgae = "x" }) end)
+    assert.equal("ConfigError", kind)
+    assert.matches("unknown option 'imgae'", err.message)
+    assert.matches("did you mean 'image'", err.message)
+  end)
+  it("rejects wrong types naming the option", function()
+    local kind, err = kind_of(function() sbx.sandbox("local", { env_vars = "A=1" }) end)
+    assert.equal("ConfigError", kind)
+    assert.matches("env_vars", err.message)
+    assert.equal("ConfigError", kind_of(function() sbx.sandbox("local", { timeout_secs = -5 }) end))
+    assert.equal("ConfigError", kind_of(function() sbx.sandbox(42) end))
+    assert.equal("ConfigError", kind_of(function() sbx.sandbox("local", { env_vars = { ["A=B"] = "1" } }) end))
+  end)
+  it("names the known backends for an unknown one", function()
+    local kind, err = kind_of(function() sbx.sandbox("dockr") end)
+    assert.equal("ConfigError", kind)
+    assert.matches("unknown backend 'dockr'", err.message)
+    assert.matches("local", err.message)
+  end)
+  it("never ignores an option the backend cannot honour", function()
+    for _, o in ipairs{ { image = "python:3.12-slim" }, { cpu = 2 }, { memory_mb = 512 },
+                        { allow_internet = false }, { snapshot_id = "x" }, { gpu = 1 } } do
+      local kind, err = kind_of(function() sbx.sandbox("local", o) end)
+      assert.equal("FeatureNotSupportedError", kind)
+      assert.equal("local", err.backend)
+    end
+    local sb <close> = sbx.sandbox("local", { allow_internet = true })
+    assert.is_true(sb:is_alive())
+  end)
+  it("errors are typed tables with a readable tostring and the hierarchy", function()
+    local _, err = kind_of(function() sbx.sandbox("local", { cpu = 2 }) end)
+    assert.matches("^FeatureNotSupportedError: ", tostring(err))
+    assert.is_true(sbx.errors.is(err, "SandboxError"))
+    assert.is_false(sbx.errors.is(err, "ConfigError"))
+    local nr = sbx.errors.new("NoRouteError", "x")
+    assert.is_true(sbx.errors.is(nr, "SandboxCreationError"))
+    assert.is_true(sbx.errors.is(nr, "SandboxError"))
+    assert.is_false(sbx.errors.is("a string", "SandboxError"))
+  end)
+  it("a backend this build lacks is BackendNotInstalledError", function()
+    assert.equal("BackendNotInstalledError", kind_of(function() sbx.sandbox("modal") end))
+  end)
+  it("snapshot is FeatureNotSupportedError on local", function()
+    local sb <close> = sbx.sandbox("local")
+    assert.equal("FeatureNotSupportedError", kind_of(function() sb:snapshot() end))
+  end)
+end)
+
+describe("routing without a backend", function()
+  it("picks local by default", function()
+    local sb <close> = sbx.sandbox()
+    assert.equal("local", sb.backend)
+  end)
+  it("raises NoRouteError explaining each skip", function()
+    local kind, err = kind_of(function() sbx.sandbox{ needs = { "snapshot" } } end)
+    assert.equal("NoRouteError", kind)
+    assert.matches("local: lacks capability 'snapshot'", err.message)
+    kind, err = kind_of(function() sbx.sandbox{ isolation = "container" } end)
+    assert.equal("NoRouteError", kind)
+    assert.matches("isolation 'process' is below 'container'", err.message)
+    kind = kind_of(function() sbx.sandbox{ ignore = { "local" } } end)
+    assert.equal("NoRouteError", kind)
+    kind = kind_of(function() sbx.sandbox{ isolation = "bogus" } end)
+    assert.equal("ConfigError", kind)
+  end)
+  it("uses a policy function's order, and survives a broken one", function()
+    local sb <close> = sbx.sandbox{ policy = function(req, cands) return { order = cands } end }
+    assert.equal("local", sb.backend)
+    local sb2 <close> = sbx.sandbox{ policy = function() error("policy bug") end }
+    assert.equal("local", sb2.backend)
+  end)
+end)
+
+describe("files and env_vars at create", function()
+  it("writes files and sets env_vars for every command", function()
+    local sb <close> = sbx.sandbox("local", { files = { ["a/b.txt"] = "B", ["/c.txt"] = "C" },
+                                             env_vars = { GREETING = "hello", N = 3 } })
+    assert.equal("B", sb:read_file("a/b.txt"))
+    assert.equal("C", sb:read_file("c.txt"))
+    assert.equal("hello 3\n", sb:execute_command("sh", { "-c", "echo $GREETING $N" }).stdout)
+  end)
+  it("clones a git repository at a ref, and fails cleanly on a bad one", function()
+    local repo = os.tmpname() .. "-repo"
+    assert(os.execute(table.concat({
+      "git init -q -b main " .. repo, "cd " .. repo, "git config user.email t@t", "git config user.name t",
+      "echo one > f.txt", "git add f.txt", "git commit -qm one", "git checkout -q -b feature",
+      "echo two > f.txt", "git commit -qam two", "git checkout -q main" }, " && ")))
+    local sb <close> = sbx.sandbox("local", { git_repo = repo, git_ref = "feature",
+                                             files = { ["extra.txt"] = "x" } })
+    local name = repo:match("[^/]+$")
+    assert.equal("two\n", sb:read_file(name .. "/f.txt"))
+    local before = #owner.owned()
+    local kind, err = kind_of(function() sbx.sandbox("local", { git_repo = repo .. "-missing" }) end)
+    assert.equal("SandboxCreationError", kind)
+    assert.matches("git clone", err.message)
+    assert.equal(before, #owner.owned())
+    os.execute("rm -rf " .. repo)
+  end)
+end)
+
+describe("clients and resume", function()
+  it("a client creates on its backend and refuses foreign state", function()
+    local c = sbx.client("local", { env_vars = { FROM = "client" } })
+    local sb <close> = c:create{}
+    assert.equal("client\n", sb:execute_command("sh", { "-c", "echo $FROM" }).stdout)
+    local again = c:resume(sb:session_state())
+    assert.equal(sb.id, again.id)
+    assert.equal("ConfigError", kind_of(function() c:resume({ backend = "docker", id = "x", state = {} }) end))
+    assert.equal("ConfigError", kind_of(function() sbx.resume("nonsense") end))
+  end)
+  it("resuming a destroyed sandbox is SandboxNotFoundError", function()
+    local sb = sbx.sandbox("local")
+    local st = sb:session_state()
+    sb:destroy()
+    assert.equal("SandboxNotFoundError", kind_of(function() sbx.resume(st) end))
+  end)
+  it("session_state is JSON-safe", function()
+    local sb <close> = sbx.sandbox("local")
+    local st = sbx.json.decode(sbx.json.encode(sb:session_state()))
+    assert.equal("local", st.backend)
+    assert.equal(sb.id, st.id)
+  end)
+end)
+
+describe("sbx.parallel", function()
+  it("keeps input order and honours concurrency", function()
+    local running, peak = 0, 0
+    local res = sbx.parallel({ 5, 4, 3, 2, 1 }, function(n)
+      running = running + 1
+      peak = math.max(peak, running)
+      sbx.sleep(n / 100)
+      running = running - 1
+      return n * 10
+    end, { concurrency = 2 })
+    assert.same({ 50, 40, 30, 20, 10 }, res)
+    assert.equal(2, peak)
+  end)
+  it("cancels the rest on an error, destroys their sandboxes, and re-raises", function()
+    local made = {}
+    local t0 = loop.now()
+    local kind, err = kind_of(function()
+      sbx.parallel({ 1, 2, 3 }, function(n)
+        local sb = sbx.sandbox("local")
+        made[#made + 1] = sb
+        if n == 2 then sbx.sleep(0.05) error("item two failed") end
+        sb:execute_command("sleep", { "30" })
+      end)
+    end)
+    assert.matches("item two failed", tostring(err))
+    assert.is_true(loop.now() - t0 < 5)
+    assert.equal(3, #made)
+    for _, sb in ipairs(made) do assert.is_false(sb:is_alive()) end
+  end)
+  it("collect_errors returns results and errors", function()
+    local res, errs = sbx.parallel({ 1, 2, 3 }, function(n)
+      if n == 2 then error("two") end
+      return n
+    end, { collect_errors = true })
+    assert.equal(1, res[1])
+    assert.is_nil(res[2])
+    assert.equal(3, res[3])
+    assert.matches("two", errs[2])
+  end)
+  it("rejects bad arguments", function()
+    assert.equal("ConfigError", kind_of(function() sbx.parallel(nil, print) end))
+    assert.equal("ConfigError", kind_of(function() sbx.parallel({}, print, { concurrency = 0 }) end))
+    assert.equal("ConfigError", kind_of(function() sbx.parallel({}, print, { concurency = 2 }) end))
+  end)
+end)

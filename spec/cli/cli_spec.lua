@@ -1,0 +1,286 @@
+-- The sbxlua command line, run as a user would: exit codes, errors,
+-- signals, SIGKILL + gc, and the commands of API.md.
+local proc = require "sbx.proc"
+local loop = require "sbx.loop"
+local fs = require "sbx.fs"
+local json = require "cjson"
+
+local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
+local STATE = (os.getenv("SBX_STATE_DIR") or "/tmp") .. "/cli-" .. proc.getpid()
+
+local function env(extra)
+  local e = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" .. STATE, "SBX_STATE_DIR=" .. STATE }
+  for _, v in ipairs(extra or {}) do e[#e + 1] = v end
+  return e
+end
+
+-- Run sbxlua with argv; returns the result table (stdout, stderr, exit_code, ...).
+local function sbxlua(args, opts)
+  opts = opts or {}
+  local argv = { BIN }
+  for _, a in ipairs(args) do argv[#argv + 1] = a end
+  local p = assert(proc.spawn{ argv = argv, env = env(opts.env), stdin = opts.stdin,
+                               timeout = opts.timeout or 60 })
+  return p:wait()
+end
+
+local function start(args)
+  local argv = { BIN }
+  for _, a in ipairs(args) do argv[#argv + 1] = a end
+  return assert(proc.spawn{ argv = argv, env = env(), stream = true, keep_stdin = true })
+end
+
+-- Read a background sbxlua's stdout until `pattern` appears.
+local function expect_output(p, pattern)
+  local seen = ""
+  while not seen:find(pattern) do
+    local which, chunk = p:read()
+    assert(which, "sbxlua ended before printing " .. pattern .. "; got: " .. seen)
+    if which == "stdout" then seen = seen .. chunk end
+  end
+  return seen
+end
+
+local function write_job(name, code)
+  local path = STATE .. "/" .. name
+  local f = assert(io.open(path, "w"))
+  f:write(code)
+  f:close()
+  return path
+end
+
+local function alive(tag)
+  local f = io.popen("pgrep -f '[" .. tag:sub(1, 1) .. "]" .. tag:sub(2) .. "'")
+  local out = f:read("a")
+  f:close()
+  return out ~= ""
+end
+
+local function live_sandboxes()
+  local r = sbxlua({ "ls", "--json" })
+  assert.equal(0, r.exit_code, r.stderr)
+  return json.decode(r.stdout)
+end
+
+describe("sbxlua CLI", function()
+  setup(function() os.execute("mkdir -p " .. STATE) end)
+  teardown(function() fs.rmtree(STATE) end)
+
+  it("version and --help", function()
+    local r = sbxlua({ "version" })
+    assert.equal(0, r.exit_code)
+    assert.matches("^sbxlua %d+%.%d+%.%d+ %(Lua 5%.4%)", r.stdout)
+    r = sbxlua({ "--help" })
+    assert.equal(0, r.exit_code)
+    assert.matches("usage: sbxlua JOB.lua", r.stdout)
+    r = sbxlua({})
+    assert.equal(2, r.exit_code)
+    r = sbxlua({ "--bogus" })
+    assert.equal(2, r.exit_code)
+    assert.matches("unknown option", r.stderr)
+  end)
+
+  it("-e runs inline code with the full standard library and sbx", function()
+    local r = sbxlua({ "-e", "print(string.format('%d', 6*7), type(io.open), type(sbx.sandbox))" })
+    assert.equal(0, r.exit_code, r.stderr)
+    assert.equal("42\tfunction\tfunction\n", r.stdout)
+  end)
+
+  it("runs a job with arguments in `arg`, and require 'sbx' is the global", function()
+    local job = write_job("args.lua", "print(arg[0]:match('args.lua$'), arg[1], arg[2], #arg, require('sbx') == sbx)")
+    local r = sbxlua({ job, "one", "two words" })
+    assert.equal(0, r.exit_code, r.stderr)
+    assert.equal("args.lua\tone\ttwo words\t2\ttrue\n", r.stdout)
+  end)
+
+  it("a syntax error names file:line and exits 1", function()
+    local job = write_job("broken.lua", "local x = 1\nlocal = 2\n")
+    local r = sbxlua({ job })
+    assert.equal(1, r.exit_code)
+    assert.matches("broken%.lua:2:", r.stderr)
+  end)
+
+  it("a missing job file is a clear error", function()
+    local r = sbxlua({ STATE .. "/no-such-job.lua" })
+    assert.equal(1, r.exit_code)
+    assert.matches("no%-such%-job%.lua", r.stderr)
+  end)
+
+  it("a job that raises exits 1 with the error and a traceback, sandboxes destroyed", function()
+    local job = write_job("raise.lua", [[
+      local sb = sbx.sandbox("local")
+      io.write(sb.workdir, "\n") io.stdout:flush()
+      sb:execute_command("nope-not-a-program", {})
+    ]])
+    local r = sbxlua({ job })
+    assert.equal(1, r.exit_code)
+    assert.matches("SandboxExecutionError", r.stderr)
+    assert.matches("stack traceback", r.stderr)
+    assert.matches("raise%.lua:3", r.stderr)
+    local workdir = r.stdout:match("^(.-)\n")
+    assert.is_nil(fs.open_root(workdir))
+    assert.same({}, live_sandboxes())
+  end)
+
+  it("os.exit(n) in a job exits n after destroying sandboxes", function()
+    local job = write_job("exit.lua", [[
+      local sb = sbx.sandbox("local")
+      print(sb.workdir)
+      os.exit(3)
+    ]])
+    local r = sbxlua({ job })
+    assert.equal(3, r.exit_code, r.stderr)
+    assert.is_nil(fs.open_root(r.stdout:match("^(.-)\n")))
+    assert.same({}, live_sandboxes())
+  end)
+
+  describe("exec", function()
+    it("streams output and returns the command's status", function()
+      local r = sbxlua({ "exec", "--", "sh", "-c", "echo out; echo err >&2; exit 7" })
+      assert.equal(7, r.exit_code)
+      assert.equal("out\n", r.stdout)
+      assert.equal("err\n", r.stderr)
+    end)
+    it("runs a lone command through the shell", function()
+      local r = sbxlua({ "exec", "--", "echo a | tr a b" })
+      assert.equal("b\n", r.stdout)
+    end)
+    it("exits 124 with a message on timeout", function()
+      local r = sbxlua({ "exec", "--timeout", "0.5", "--", "sleep", "30" })
+      assert.equal(124, r.exit_code)
+      assert.matches("timed out", r.stderr)
+    end)
+    it("takes --env and --file", function()
+      local src = write_job("payload.txt", "payload")
+      local r = sbxlua({ "exec", "--env", "GREETING=hi", "--file", src .. ":in/p.txt", "--",
+                         "sh", "-c", "echo $GREETING; cat in/p.txt" })
+      assert.equal(0, r.exit_code, r.stderr)
+      assert.equal("hi\npayload", r.stdout)
+    end)
+    it("reports bad options and unknown backends", function()
+      local r = sbxlua({ "exec", "--wat", "--", "true" })
+      assert.equal(2, r.exit_code)
+      r = sbxlua({ "exec", "--backend", "nosuch", "--", "true" })
+      assert.equal(1, r.exit_code)
+      assert.matches("ConfigError: unknown backend 'nosuch'", r.stderr)
+      r = sbxlua({ "exec" })
+      assert.equal(2, r.exit_code)
+    end)
+  end)
+
+  it("providers lists local as available, as text, JSON and a matrix", function()
+    local r = sbxlua({ "providers" })
+    assert.equal(0, r.exit_code)
+    assert.matches("local%s+yes%s+process", r.stdout)
+    r = sbxlua({ "providers", "--json" })
+    local d = json.decode(r.stdout)
+    assert.is_true(d["local"].available)
+    assert.equal("process", d["local"].isolation)
+    r = sbxlua({ "providers", "--matrix" })
+    assert.matches("| backend | isolation |", r.stdout, 1, true)
+  end)
+
+  it("the README's feature matrix is the one the descriptors generate", function()
+    local r = sbxlua({ "providers", "--matrix" })
+    local f = assert(io.open((os.getenv("SBX_SOURCE_DIR") or ".") .. "/README.md"))
+    local readme = f:read("a")
+    f:close()
+    local block = readme:match("<!%-%- matrix:begin %-%->\n(.-)<!%-%- matrix:end %-%->")
+    assert.is_string(block, "README.md has no matrix block")
+    assert.equal(r.stdout, block)
+  end)
+
+  it("doctor reports what works", function()
+    local r = sbxlua({ "doctor" })
+    assert.equal(0, r.exit_code)
+    assert.matches("ok%s+backend local", r.stdout)
+    assert.matches("process containment", r.stdout)
+  end)
+
+  for _, case in ipairs{ { "SIGINT", 2, 130 }, { "SIGTERM", 15, 143 } } do
+    it(case[1] .. " kills running commands, destroys sandboxes, exits " .. case[3], function()
+      local tag = "sbxcli" .. math.random(1e9)
+      local job = write_job("sig.lua", [[
+        local sb = sbx.sandbox("local")
+        print("ready " .. sb.workdir) io.stdout:flush()
+        sb:execute_command("bash", {"-c", "exec -a ]] .. tag .. [[ sleep 300"})
+      ]])
+      local p = start({ job })
+      local out = expect_output(p, "ready [^\n]+\n")
+      local workdir = out:match("ready ([^\n]+)")
+      loop.sleep(0.3)
+      assert.is_true(alive(tag))
+      p:kill(case[2])
+      local t0 = loop.now()
+      local r = p:wait()
+      assert.equal(case[3], r.exit_code)
+      assert.is_true(loop.now() - t0 < 10)
+      assert.is_false(alive(tag))
+      assert.is_nil(fs.open_root(workdir))
+      assert.same({}, live_sandboxes())
+    end)
+  end
+
+  it("after SIGKILL, ls shows the orphans and gc removes processes and directories", function()
+    local tag = "sbxgc" .. math.random(1e9)
+    local job = write_job("killed.lua", [[
+      local dirs = {}
+      for i = 1, 3 do
+        local sb = sbx.sandbox("local")
+        sb:spawn("bash", {"-c", "setsid bash -c 'exec -a ]] .. tag .. [[ sleep 300' & exec -a ]] .. tag .. [[ sleep 300"})
+        dirs[#dirs + 1] = sb.workdir
+      end
+      print("ready " .. table.concat(dirs, " ")) io.stdout:flush()
+      sbx.sleep(300)
+    ]])
+    local p = start({ job })
+    local out = expect_output(p, "ready [^\n]+\n")
+    loop.sleep(0.3)
+    os.execute("kill -9 " .. p.pid)
+    p:wait()
+    assert.is_true(alive(tag))
+    local orphans = live_sandboxes()
+    assert.equal(3, #orphans)
+    assert.is_false(orphans[1].session_alive)
+    local r = sbxlua({ "gc", "--dry-run" })
+    assert.equal(0, r.exit_code)
+    assert.equal(3, select(2, r.stdout:gsub("would destroy", "")))
+    r = sbxlua({ "gc" })
+    assert.equal(0, r.exit_code, r.stderr)
+    assert.matches("destroyed 3 sandboxes", r.stdout)
+    loop.sleep(0.1)
+    assert.is_false(alive(tag))
+    for dir in out:match("ready ([^\n]+)"):gmatch("%S+") do assert.is_nil(fs.open_root(dir)) end
+    assert.same({}, live_sandboxes())
+    r = sbxlua({ "gc" })        -- idempotent
+    assert.equal(0, r.exit_code)
+    assert.matches("destroyed 0 sandboxes", r.stdout)
+  end)
+
+  it("gc never touches a live session's sandboxes", function()
+    local job = write_job("live.lua", [[
+      local sb <close> = sbx.sandbox("local")
+      sb:write_file("keep.txt", "kept")
+      print("ready") io.stdout:flush()
+      io.read("l")  -- until the spec says go
+      print(sb:read_file("keep.txt"), sb:execute_command("echo alive").stdout)
+    ]])
+    local p = start({ job })
+    expect_output(p, "ready\n")
+    local r = sbxlua({ "gc" })
+    assert.equal(0, r.exit_code)
+    assert.equal(1, #live_sandboxes())
+    assert.is_true(live_sandboxes()[1].session_alive)
+    p:write("go\n")
+    local rest = ""
+    while true do
+      local which, chunk = p:read()
+      if not which then break end
+      if which == "stdout" then rest = rest .. chunk end
+    end
+    local res = p:wait()
+    assert.equal(0, res.exit_code, res.stderr)
+    assert.equal("kept\talive\n\n", rest)
+    assert.same({}, live_sandboxes())
+  end)
+end)

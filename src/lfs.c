@@ -289,13 +289,24 @@ static void rm_note(Rm *rm, int err) {
   if (!rm->err) rm->err = err;
 }
 
-/* The mount id of fd (0 if unknown); *mroot: is fd the root of a mount? */
-static uint64_t mount_of(int fd, int *mroot) {
+/* The mount id of dfd/name (0 if unknown; never follows a symlink);
+** *mroot: is it the root of a mount? */
+static uint64_t mount_of(int dfd, const char *name, int *mroot) {
   struct statx sx;
+  int flags = AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT | (*name ? 0 : AT_EMPTY_PATH);
   *mroot = 0;
-  if (statx(fd, "", AT_EMPTY_PATH, STATX_MNT_ID, &sx) < 0) return 0;
+  if (statx(dfd, name, flags, STATX_MNT_ID, &sx) < 0) return 0;
   *mroot = (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT) != 0;
   return (sx.stx_mask & STATX_MNT_ID) ? sx.stx_mnt_id : 0;
+}
+
+/* Is dfd/name (or the open dir fd, name "") on another mount than the
+** walk, or a mount point? Checked by name before rm_fix touches it, and
+** again on the opened fd. */
+static int rm_foreign(Rm *rm, int dfd, const char *name) {
+  int mroot;
+  uint64_t id = mount_of(dfd, name, &mroot);
+  return mroot || id != rm->mnt;
 }
 
 /* Give the owner rwx on directory dfd/name, if it lacks it. */
@@ -332,7 +343,7 @@ static void rm_contents(Rm *rm, int dfd, int depth) {
     struct dirent *e;
     progress = 0;
     for (;;) {
-      int fd = dirfd(d), err, cfd, mroot;
+      int fd = dirfd(d), err, cfd;
       errno = 0;
       if (!(e = readdir(d))) break;
       const char *n = e->d_name;
@@ -341,6 +352,10 @@ static void rm_contents(Rm *rm, int dfd, int depth) {
       err = errno;
       if (err == ENOENT) continue;
       if (err != EISDIR && err != EPERM) { rm_note(rm, err); continue; }
+      if (rm_foreign(rm, fd, n)) {  /* never cross into another mount */
+        rm_note(rm, EXDEV);
+        continue;
+      }
       rm_fix(fd, n);
       if (depth >= RM_DEPTH) {
         progress |= rm_relocate(rm, fd, n);
@@ -351,7 +366,7 @@ static void rm_contents(Rm *rm, int dfd, int depth) {
         rm_note(rm, errno == ENOTDIR || errno == ELOOP ? err : errno);
         continue;
       }
-      if (mount_of(cfd, &mroot) != rm->mnt || mroot) {  /* never cross */
+      if (rm_foreign(rm, cfd, "")) {
         rm_note(rm, EXDEV);
         close(cfd);
         continue;
@@ -372,12 +387,13 @@ static int rm_tree(int dfd, const char *name) {
   int fd, mroot;
   if (unlinkat(dfd, name, 0) == 0) return 0;
   if (errno != EISDIR && errno != EPERM) return errno;
+  rm.mnt = mount_of(dfd, name, &mroot);
+  if (mroot) return EXDEV;  /* a mount point: not ours to empty */
   rm_fix(dfd, name);
   fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return errno;
   rm.topfd = fd;
-  rm.mnt = mount_of(fd, &mroot);
-  if (mroot) {  /* a mount point: its contents are not ours to remove */
+  if (rm_foreign(&rm, fd, "")) {
     close(fd);
     return EXDEV;
   }
@@ -732,9 +748,9 @@ static int host_mkdir_p(char *buf) {
   }
 }
 
-/* A Lua-owned writable copy of s (len bytes) plus extra room. */
-static char *scratch(lua_State *L, const char *s, size_t len, size_t extra) {
-  char *b = lua_newuserdatauv(L, len + extra + 1, 0);
+/* A Lua-owned, NUL-terminated writable copy of s (len bytes). */
+static char *scratch(lua_State *L, const char *s, size_t len) {
+  char *b = lua_newuserdatauv(L, len + 1, 0);
   memcpy(b, s, len);
   b[len] = '\0';
   return b;
@@ -746,7 +762,7 @@ static int fs_journal(lua_State *L) {
   if (!path) return fs_fail(L, "journal", lua_tostring(L, 1), E_INVAL);
   const char *slash = strrchr(path, '/');
   if (slash && slash > path) {
-    int err = host_mkdir_p(scratch(L, path, (size_t)(slash - path), 0));
+    int err = host_mkdir_p(scratch(L, path, (size_t)(slash - path)));
     if (err) return fs_fail(L, "journal", path, err);
   }
   int *fd = fdobj_new(L, "sbx.Journal");
@@ -764,14 +780,14 @@ static int fs_mkdtemp(lua_State *L) {
                 "prefix must not contain '/' or NUL");
   if (!parent) return fs_fail(L, "mkdtemp", lua_tostring(L, 1), E_INVAL);
   plen = strlen(parent);
-  char *buf = scratch(L, parent, plen, 0);
+  char *buf = scratch(L, parent, plen);
   int err = plen ? host_mkdir_p(buf) : 0;
   if (err) return fs_fail(L, "mkdtemp", parent, err);
   lua_pushfstring(L, "%s%s%sXXXXXX", parent,
                   plen && parent[plen - 1] != '/' ? "/" : "", prefix);
   size_t tlen;
   const char *t = lua_tolstring(L, -1, &tlen);
-  buf = scratch(L, t, tlen, 0);
+  buf = scratch(L, t, tlen);
   if (!mkdtemp(buf)) return fs_fail(L, "mkdtemp", parent, errno);
   lua_pushstring(L, buf);
   return 1;
@@ -783,7 +799,7 @@ static int fs_rmtree(lua_State *L) {
   size_t len = path ? strlen(path) : 0;
   while (len > 1 && path[len - 1] == '/') len--;  /* "link/" would follow */
   if (!path) return fs_fail(L, "rmtree", lua_tostring(L, 1), E_INVAL);
-  char *p = scratch(L, path, len, 0);
+  char *p = scratch(L, path, len);
   base = strrchr(p, '/') ? strrchr(p, '/') + 1 : p;
   if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
     return fs_fail(L, "rmtree", path, E_INVAL);   /* "", "/", ".", ".." */

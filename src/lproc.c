@@ -243,6 +243,8 @@ static void reap(proc *p, int block) {
 static void after_exit(proc *p) {
   sbx_watch_stop(p->lp, &p->pw);
   sbx_timer_stop(p->lp, &p->tm);
+  close(p->pidfd);                 /* reaped: a finished process holds no fd */
+  p->pidfd = -1;
   /* Grandchildren may hold the pipes open: take what is there, then stop. */
   stream *ss[2] = {&p->out, &p->err};
   for (int i = 0; i < 2; i++)

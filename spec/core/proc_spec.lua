@@ -15,8 +15,9 @@ local function run(argv, o)
 end
 
 local function fd_count()
-  local n = 0
-  for _ in io.popen("ls /proc/" .. proc.getpid() .. "/fd"):lines() do n = n + 1 end
+  local f = io.popen("ls /proc/" .. proc.getpid() .. "/fd")
+  local _, n = f:read("a"):gsub("\n", "")
+  f:close()
   return n
 end
 
@@ -133,6 +134,22 @@ describe("sbx.proc", function()
     assert.equal(0, r.exit_code)
   end)
 
+  it("keeps RSS bounded through 1 GiB of output without a newline", function()
+    local function hwm_kb()
+      local f = assert(io.open("/proc/self/status"))
+      local kb = tonumber(f:read("a"):match("VmHWM:%s+(%d+)"))
+      f:close()
+      return kb
+    end
+    local before = hwm_kb()
+    local r = run({ "head", "-c", "1073741824", "/dev/zero" })
+    assert.equal(1024 * 1024, #r.stdout)     -- the default cap
+    assert.is_true(r.truncated)
+    r = run({ "sh", "-c", "head -c 300000000 /dev/urandom >&2" })
+    assert.equal(1024 * 1024, #r.stderr)
+    assert.is_true(hwm_kb() - before < 32 * 1024, "peak RSS grew by more than 32 MiB")
+  end)
+
   it("keeps binary output intact and interleaves both streams", function()
     local r = run({ "sh", "-c", "printf '\\000\\377\\001'; printf 'e\\000' >&2" })
     assert.equal("\0\255\1", r.stdout)
@@ -188,13 +205,12 @@ describe("sbx.proc", function()
   end)
 
   it("children get only fds 0-2, and our fd count returns to its baseline", function()
-    collectgarbage()
+    collectgarbage() collectgarbage()
     local before = fd_count()
     local r = run({ "sh", "-c", "ls /proc/$$/fd" })
     assert.equal("0\n1\n2\n", r.stdout)
     for _ = 1, 50 do run({ "true" }) end
-    collectgarbage()
-    assert.equal(before, fd_count())
+    assert.equal(before, fd_count())   -- finished processes hold no fds, even before GC
   end)
 
   it("runs 100 processes concurrently from tasks", function()

@@ -9,8 +9,10 @@
 ** RESOLVE_NO_MAGICLINKS) relative to the root fd, so no symlink, magic
 ** link or rename race can take a lookup outside. EXDEV and ELOOP from
 ** that lookup both map to "ESCAPE" (a plain symlink loop included).
+** ".." is folded lexically, so "link/.." is the directory holding link.
 ** Trees are removed through directory fds with O_NOFOLLOW, never through
-** host path strings.
+** host path strings, never into another mount (EXDEV), and with at most
+** RM_DEPTH fds open: deeper subtrees are renamed up to the top first.
 */
 #include <dirent.h>
 #include <errno.h>
@@ -293,7 +295,8 @@ static void rm_note(Rm *rm, int err) {
 ** *mroot: is it the root of a mount? */
 static uint64_t mount_of(int dfd, const char *name, int *mroot) {
   struct statx sx;
-  int flags = AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT | (*name ? 0 : AT_EMPTY_PATH);
+  int flags = AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT;
+  if (!*name) flags |= AT_EMPTY_PATH;
   *mroot = 0;
   if (statx(dfd, name, flags, STATX_MNT_ID, &sx) < 0) return 0;
   *mroot = (sx.stx_attributes & STATX_ATTR_MOUNT_ROOT) != 0;
@@ -844,7 +847,8 @@ static int fs_readlink(lua_State *L) {
   if (!path) return fs_fail(L, "readlink", lua_tostring(L, 1), E_INVAL);
   ssize_t n = readlink(path, buf, sizeof buf);
   if (n < 0) return fs_fail(L, "readlink", path, errno);
-  if ((size_t)n >= sizeof buf) return fs_fail(L, "readlink", path, ENAMETOOLONG);
+  if ((size_t)n >= sizeof buf)
+    return fs_fail(L, "readlink", path, ENAMETOOLONG);
   lua_pushlstring(L, buf, (size_t)n);
   return 1;
 }

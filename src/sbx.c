@@ -17,6 +17,9 @@ extern const embedded sbx_embedded[];
 
 int luaopen_sbx_proc(lua_State *L);
 int luaopen_sbx_fs(lua_State *L);
+int luaopen_sbx_http(lua_State *L);
+int luaopen_sbx_tar(lua_State *L);
+int luaopen_sbx_demux(lua_State *L);
 
 static const embedded *find_embedded(const char *name) {
   for (const embedded *e = sbx_embedded; e->name; e++)
@@ -90,6 +93,15 @@ void sbx_openlibs(lua_State *L) {
   preload(L, "sbx.proc", luaopen_sbx_proc);
   preload(L, "sbx.fs", luaopen_sbx_fs);
   preload(L, "sbx.cgroup", luaopen_sbx_cgroup);
+#ifdef SBX_HAVE_HTTP
+  preload(L, "sbx.http", luaopen_sbx_http);
+#endif
+#ifdef SBX_HAVE_TAR
+  preload(L, "sbx.tar", luaopen_sbx_tar);
+#endif
+#ifdef SBX_HAVE_DEMUX
+  preload(L, "sbx.demux", luaopen_sbx_demux);
+#endif
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "searchers");
   lua_pushcfunction(L, searcher);

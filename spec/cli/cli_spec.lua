@@ -9,8 +9,13 @@ local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
 local STATE = (os.getenv("SBX_STATE_DIR") or "/tmp") .. "/cli-" .. proc.getpid()
 
 local function env(extra)
-  local e = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" .. STATE, "SBX_STATE_DIR=" .. STATE }
-  for _, v in ipairs(extra or {}) do e[#e + 1] = v end
+  local vars = { PATH = "/usr/local/bin:/usr/bin:/bin", HOME = STATE, SBX_STATE_DIR = STATE }
+  for _, kv in ipairs(extra or {}) do
+    local k, v = kv:match("^([^=]+)=(.*)$")
+    vars[k] = v
+  end
+  local e = {}
+  for k, v in pairs(vars) do e[#e + 1] = k .. "=" .. v end
   return e
 end
 
@@ -188,6 +193,26 @@ describe("sbxlua CLI", function()
     local block = readme:match("<!%-%- matrix:begin %-%->\n(.-)<!%-%- matrix:end %-%->")
     assert.is_string(block, "README.md has no matrix block")
     assert.equal(r.stdout, block)
+  end)
+
+  it("a read-only state directory fails creates clearly and creates nothing", function()
+    local ro = STATE .. "/readonly"
+    os.execute("mkdir -p " .. ro .. " && chmod 555 " .. ro)
+    -- root ignores mode bits: make it unwritable for root too with a file in the way
+    os.execute("rmdir " .. ro .. " && touch " .. ro)
+    local r = sbxlua({ "-e", "sbx.sandbox('local')" }, { env = { "SBX_STATE_DIR=" .. ro } })
+    assert.equal(1, r.exit_code)
+    assert.matches("SandboxCreationError: cannot record the sandbox", r.stderr)
+    assert.matches("readonly", r.stderr)
+    os.remove(ro)
+  end)
+
+  it("survives a closed stdout pipe (SIGPIPE)", function()
+    local r = sbxlua({ "-e", "for i = 1, 200000 do print(i) end" }, { timeout = 20 })
+    assert.equal(0, r.exit_code)
+    local p = io.popen(BIN .. " -e 'for i = 1, 200000 do print(i) end' | head -1")
+    assert.equal("1\n", p:read("a"))
+    p:close()
   end)
 
   it("doctor reports what works", function()

@@ -24,7 +24,7 @@
 
 #include "lauxlib.h"
 #include "loop.h"
-#include "cgroup.h"
+#include "proctree.h"
 
 #define PROC_MT "sbx.Proc"
 #define CHUNK 65536

@@ -1,0 +1,24 @@
+/*
+** Process-tree containment: cgroup v2 directories (killed through
+** cgroup.kill) and, where no cgroup is writable, a /proc sweep. No Lua here:
+** sbx-run links this too.
+*/
+#ifndef SBX_PROCTREE_H
+#define SBX_PROCTREE_H
+
+#include <sys/types.h>
+
+/* Kill every process in the cgroup `dir` and its children; 0 on success. */
+int sbx_cgroup_kill(const char *dir);
+/* rmdir `dir` and its children, waiting (bounded) for them to empty. */
+int sbx_cgroup_remove(const char *dir, int wait);
+/* Visit the pids of a cgroup and, recursively, of its children. */
+void sbx_cgroup_each_pid(const char *dir, void (*fn)(pid_t, void *), void *ud);
+/* SIGKILL: every descendant of `pid` (found through /proc), then `pid`;
+** another signal goes to its process group. */
+void sbx_kill_tree(pid_t pid, int sig);
+/* SIGKILL every descendant of `pid`, leaving `pid` itself; returns how
+** many rounds found someone. */
+int sbx_kill_descendants(pid_t pid);
+
+#endif

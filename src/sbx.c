@@ -81,6 +81,15 @@ static int searcher(lua_State *L) {
   return 2;
 }
 
+extern const unsigned char sbx_agent_blob[];
+extern const size_t sbx_agent_blob_len;
+
+/* sbx.agentbin -> the bytes of sbx-agent, to place inside sandboxes */
+static int open_agentbin(lua_State *L) {
+  lua_pushlstring(L, (const char *)sbx_agent_blob, sbx_agent_blob_len);
+  return 1;
+}
+
 static void preload(lua_State *L, const char *name, lua_CFunction f) {
   luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
   lua_pushcfunction(L, f);
@@ -93,6 +102,7 @@ void sbx_openlibs(lua_State *L) {
   preload(L, "sbx.proc", luaopen_sbx_proc);
   preload(L, "sbx.fs", luaopen_sbx_fs);
   preload(L, "sbx.cgroup", luaopen_sbx_cgroup);
+  preload(L, "sbx.agentbin", open_agentbin);
 #ifdef SBX_HAVE_HTTP
   preload(L, "sbx.http", luaopen_sbx_http);
 #endif

@@ -17,10 +17,23 @@
 **     NUL-separated records "type\0size\0mtime\0name\0" for every entry of
 **     DIR (not following symlinks); exit 1 with a message on error.
 **
+**   sbx-agent sleep
+**     Waits until TERM/INT (a container's first process: no `sleep` needed
+**     in the image).
+**
+**   sbx-agent kill PIDFILE
+**     Sends TERM to the `run` that wrote PIDFILE (--pidfile): it kills its
+**     whole tree and reports "killed".
+**
+**   sbx-agent rm [-r] PATH
+**     Removes a file, a symlink (never its target) or, with -r, a tree
+**     without following symlinks. Exit 3 when PATH does not exist.
+**
 **   sbx-agent version
 */
 #include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -80,7 +93,7 @@ static int relay(int from, int to, size_t budget) {
 
 typedef struct options {
   double timeout;
-  const char *stdin_file, *cwd;
+  const char *stdin_file, *cwd, *pidfile;
   char **argv;
 } options;
 
@@ -93,6 +106,7 @@ static int parse(int argc, char **argv, options *o) {
     if (strcmp(argv[i], "--timeout") == 0) o->timeout = atof(argv[++i]);
     else if (strcmp(argv[i], "--stdin") == 0) o->stdin_file = argv[++i];
     else if (strcmp(argv[i], "--cwd") == 0) o->cwd = argv[++i];
+    else if (strcmp(argv[i], "--pidfile") == 0) o->pidfile = argv[++i];
     else return -1;
   }
   if (i >= argc) return -1;
@@ -145,6 +159,13 @@ static int cmd_run(int argc, char **argv) {
       pipe2(rep, O_CLOEXEC) < 0) {
     perror("sbx-agent");
     return 2;
+  }
+  if (o.pidfile) {
+    FILE *f = fopen(o.pidfile, "we");
+    if (f) {
+      fprintf(f, "%d\n", (int)getpid());
+      fclose(f);
+    }
   }
   pid_t pid = fork();
   if (pid < 0) {
@@ -203,6 +224,7 @@ static int cmd_run(int argc, char **argv) {
   if (open_err) relay(err[0], 2, FINAL_DRAIN);
   close(out[0]);
   close(err[0]);
+  if (o.pidfile) unlink(o.pidfile);
   if (timed_out) trailer("timeout", 0);
   else if (killed) trailer("killed", killed);
   else if (WIFSIGNALED(status)) trailer("signal", WTERMSIG(status));
@@ -237,13 +259,67 @@ static int cmd_ls(int argc, char **argv) {
   return fflush(stdout) == 0 ? 0 : 1;
 }
 
+static int cmd_sleep(void) {
+  sigset_t set;
+  int sig;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigprocmask(SIG_BLOCK, &set, NULL);
+  sigwait(&set, &sig);
+  return 0;
+}
+
+static int cmd_kill(int argc, char **argv) {
+  if (argc != 3) return 2;
+  FILE *f = fopen(argv[2], "re");
+  int pid = 0;
+  if (!f) return 3;                /* already finished */
+  if (fscanf(f, "%d", &pid) != 1) pid = 0;
+  fclose(f);
+  if (pid <= 1 || kill(pid, SIGTERM) < 0) return 3;
+  return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag,
+                    struct FTW *ftw) {
+  (void)st; (void)ftw;
+  int r = flag == FTW_DP ? rmdir(path) : unlink(path);
+  return r < 0 && errno != ENOENT ? -1 : 0;
+}
+
+static int cmd_rm(int argc, char **argv) {
+  int recursive = argc == 4 && strcmp(argv[2], "-r") == 0;
+  const char *path = argv[argc - 1];
+  struct stat st;
+  if (argc != (recursive ? 4 : 3)) return 2;
+  if (lstat(path, &st) < 0) {
+    fprintf(stderr, "sbx-agent: %s: %s\n", path, strerror(errno));
+    return errno == ENOENT ? 3 : 1;
+  }
+  int r;
+  if (S_ISDIR(st.st_mode))
+    r = recursive ? nftw(path, rm_entry, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT)
+                  : rmdir(path);
+  else
+    r = unlink(path);
+  if (r < 0) {
+    fprintf(stderr, "sbx-agent: %s: %s\n", path, strerror(errno));
+    return errno == ENOTEMPTY ? 4 : 1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "run") == 0) return cmd_run(argc, argv);
   if (argc >= 2 && strcmp(argv[1], "ls") == 0) return cmd_ls(argc, argv);
+  if (argc >= 2 && strcmp(argv[1], "sleep") == 0) return cmd_sleep();
+  if (argc >= 2 && strcmp(argv[1], "kill") == 0) return cmd_kill(argc, argv);
+  if (argc >= 2 && strcmp(argv[1], "rm") == 0) return cmd_rm(argc, argv);
   if (argc >= 2 && strcmp(argv[1], "version") == 0) {
     printf("sbx-agent %s\n", AGENT_VERSION);
     return 0;
   }
-  fprintf(stderr, "usage: sbx-agent run|ls|version ...\n");
+  fprintf(stderr, "usage: sbx-agent run|ls|rm|kill|sleep|version ...\n");
   return 2;
 }

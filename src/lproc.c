@@ -25,6 +25,7 @@
 #include "lauxlib.h"
 #include "loop.h"
 #include "proctree.h"
+#include "spawn.h"
 
 #define PROC_MT "sbx.Proc"
 #define CHUNK 65536
@@ -255,8 +256,12 @@ static void after_exit(proc *p) {
   stdin_close(p);
   /* Daemons the command left behind keep its cgroup busy: they live on
   ** in the sandbox's cgroup until the sandbox is destroyed. */
-  if (p->cgroup) sbx_cgroup_remove(p->cgroup, p->timed_out);
-  free(p->cgroup);
+  if (p->timed_out && p->cgroup) {   /* its members may still be dying */
+    sbx_cgroup_remove(p->cgroup, 1);
+    free(p->cgroup);
+  } else {
+    sbx_cgroup_give(p->cgroup);
+  }
   p->cgroup = NULL;
   notify(p);
   unanchor(p);
@@ -314,34 +319,6 @@ static void proc_release(proc *p) {
 /* ----------------------------------------------------------------- spawn */
 
 
-/* Look `name` up on the sandbox's PATH (never sbxlua's own). */
-static int find_program(const char *name, const char *path, char *buf,
-                        size_t size) {
-  struct stat st;
-  if (strchr(name, '/')) {
-    if (strlen(name) >= size) return ENAMETOOLONG;
-    strcpy(buf, name);
-    return 0;
-  }
-  if (!*name) return ENOENT;
-  while (path && *path) {
-    const char *end = strchrnul(path, ':');
-    int len = (int)(end - path);
-    if (len > 0 && path[0] == '/' &&
-        snprintf(buf, size, "%.*s/%s", len, path, name) < (int)size &&
-        stat(buf, &st) == 0 && S_ISREG(st.st_mode) && access(buf, X_OK) == 0)
-      return 0;
-    path = *end ? end + 1 : end;
-  }
-  return ENOENT;
-}
-
-static const char *env_path(const char **envp) {
-  for (; *envp; envp++)
-    if (strncmp(*envp, "PATH=", 5) == 0) return *envp + 5;
-  return "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-}
-
 /* proc.which(name, [PATH]) -> path | nil */
 static int proc_which(lua_State *L) {
   char buf[4096];
@@ -349,52 +326,10 @@ static int proc_which(lua_State *L) {
   const char *envp[2] = {NULL, NULL};
   if (!lua_isnoneornil(L, 2))
     envp[0] = lua_pushfstring(L, "PATH=%s", luaL_checkstring(L, 2));
-  if (find_program(name, env_path(envp), buf, sizeof buf) != 0) return 0;
+  if (sbx_find_program(name, sbx_env_path((char *const *)envp), buf, sizeof buf) != 0)
+    return 0;
   lua_pushstring(L, buf);
   return 1;
-}
-
-typedef struct request {
-  const char *path, *cwd;
-  char **argv, **envp;
-  int in, out, err, report, use_cgroup;
-  pid_t parent;
-} request;
-
-typedef struct report { int stage, err; } report;
-
-static void move_fd(int from, int to) {
-  if (from == to) fcntl(to, F_SETFD, 0);  /* dup2 would keep O_CLOEXEC */
-  else dup2(from, to);
-}
-
-/* In the child: only system calls from here to execve. */
-static void child(const request *r) {
-  sigset_t none;
-  report rep = {0, 0};
-  sigemptyset(&none);
-  for (int s = 1; s < NSIG; s++)
-    if (s != SIGKILL && s != SIGSTOP) signal(s, SIG_DFL);
-  sigprocmask(SIG_SETMASK, &none, NULL);
-  setpgid(0, 0);
-  if (!r->use_cgroup) prctl(PR_SET_CHILD_SUBREAPER, 1);
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != r->parent) _exit(127);
-  int in = r->in >= 0 ? r->in : open("/dev/null", O_RDONLY | O_CLOEXEC);
-  move_fd(in, 0);
-  move_fd(r->out, 1);
-  move_fd(r->err, 2);
-  if (r->cwd && chdir(r->cwd) < 0) {
-    rep.stage = 1;
-    goto fail;
-  }
-  syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
-  execve(r->path, r->argv, r->envp);
-  rep.stage = 2;
-fail:
-  rep.err = errno;
-  if (write(r->report, &rep, sizeof rep) < 0) _exit(126);
-  _exit(127);
 }
 
 static char **string_list(lua_State *L, int t, const char *field, int env) {
@@ -428,17 +363,6 @@ static int open_pipe(int fds[2], int nonblock_end) {
   return 0;
 }
 
-static int make_cgroup(const char *parent, char **out) {
-  static unsigned long counter;
-  char buf[4096];
-  int n = snprintf(buf, sizeof buf, "%s/c%d.%lu", parent, (int)getpid(),
-                   ++counter);
-  if (n < 0 || n >= (int)sizeof buf) return ENAMETOOLONG;
-  if (mkdir(buf, 0755) < 0) return errno;
-  *out = strdup(buf);
-  return *out ? 0 : ENOMEM;
-}
-
 static void close_pair(int fds[2]) {
   if (fds[0] >= 0) close(fds[0]);
   if (fds[1] >= 0) close(fds[1]);
@@ -457,15 +381,18 @@ static int spawn_failed(lua_State *L, proc *p, int fds[4][2], int err,
 static int proc_spawn(lua_State *L) {
   char path[4096];
   int fds[4][2] = {{-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}};
-  request r = {0};
+  sbx_spawn_req r;
+  memset(&r, 0, sizeof r);
   size_t inlen = 0;
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 1);
-  r.argv = string_list(L, 1, "argv", 0);          /* 2 */
-  r.envp = string_list(L, 1, "env", 1);           /* 3 */
+  char **argv = string_list(L, 1, "argv", 0);     /* 2 */
+  char **envp = string_list(L, 1, "env", 1);      /* 3 */
+  r.argv = argv;
+  r.envp = envp;
   luaL_argcheck(L, r.argv[0] != NULL, 1, "argv must not be empty");
   lua_getfield(L, 1, "cwd");                      /* 4 */
-  r.cwd = luaL_optstring(L, -1, NULL);
+  const char *cwd = luaL_optstring(L, -1, NULL);
   lua_getfield(L, 1, "stdin");                    /* 5 */
   const char *in = luaL_optlstring(L, -1, NULL, &inlen);
   lua_getfield(L, 1, "keep_stdin");
@@ -493,13 +420,11 @@ static int proc_spawn(lua_State *L) {
   luaL_setmetatable(L, PROC_MT);
   p->closed = 0;
 
-  int e = find_program(r.argv[0], env_path((const char **)r.envp), path,
-                       sizeof path);
-  if (e) return spawn_failed(L, p, fds, e, r.argv[0]);
-  if (cgparent && (e = make_cgroup(cgparent, &p->cgroup)) != 0)
+  int e = sbx_find_program(argv[0], sbx_env_path(envp), path, sizeof path);
+  if (e) return spawn_failed(L, p, fds, e, argv[0]);
+  if (cgparent && (e = sbx_cgroup_take(cgparent, &p->cgroup)) != 0)
     return spawn_failed(L, p, fds, e, cgparent);
   if (open_pipe(fds[0], 0) < 0 || open_pipe(fds[1], 0) < 0 ||
-      pipe2(fds[3], O_CLOEXEC) < 0 ||
       ((in || keep) && open_pipe(fds[2], 1) < 0))
     return spawn_failed(L, p, fds, errno, "pipe");
   int cgfd = -1;
@@ -508,42 +433,22 @@ static int proc_spawn(lua_State *L) {
     return spawn_failed(L, p, fds, errno, p->cgroup);
 
   r.path = path;
+  r.cwd = cwd;
   r.in = fds[2][0];
   r.out = fds[0][1];
   r.err = fds[1][1];
-  r.report = fds[3][1];
-  r.use_cgroup = cgfd >= 0;
-  r.parent = getpid();
-  struct clone_args ca = {0};
-  int pidfd = -1;
-  ca.flags = CLONE_PIDFD | (cgfd >= 0 ? CLONE_INTO_CGROUP : 0);
-  ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
-  ca.exit_signal = SIGCHLD;
-  ca.cgroup = cgfd >= 0 ? (uint64_t)cgfd : 0;
+  r.cgroup_fd = cgfd;
   p->start = sbx_now();
-  pid_t pid = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
-  if (pid == 0) child(&r);
+  pid_t pid = sbx_spawn(&r, &p->pidfd);
   e = errno;
   if (cgfd >= 0) close(cgfd);
-  if (pid < 0) return spawn_failed(L, p, fds, e, "clone3");
+  if (pid < 0)
+    return spawn_failed(L, p, fds, e, r.stage == 1 ? lua_pushfstring(L, "cwd %s", cwd)
+                                      : r.stage == 2 ? argv[0] : "clone3");
   p->pid = pid;
-  p->pidfd = pidfd;
   close(fds[0][1]); fds[0][1] = -1;
   close(fds[1][1]); fds[1][1] = -1;
-  close(fds[3][1]); fds[3][1] = -1;
   if (fds[2][0] >= 0) { close(fds[2][0]); fds[2][0] = -1; }
-
-  report rep;
-  ssize_t n;
-  while ((n = read(fds[3][0], &rep, sizeof rep)) < 0 && errno == EINTR) {}
-  if (n == (ssize_t)sizeof rep) {
-    reap(p, 1);
-    p->pid = 0;
-    return spawn_failed(L, p, fds, rep.err,
-                        rep.stage == 1 ? lua_pushfstring(L, "cwd %s", r.cwd)
-                                       : r.argv[0]);
-  }
-  close_pair(fds[3]);
 
   p->out.fd = fds[0][0];
   p->err.fd = fds[1][0];

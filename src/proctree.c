@@ -103,6 +103,57 @@ int sbx_cgroup_remove(const char *dir, int wait) {
 }
 
 
+/* Empty command cgroups are reused: mkdir and rmdir of a cgroup take a
+** global kernel lock and cost more than starting the command itself. */
+#define CG_CACHE 64
+static char *cg_cache[CG_CACHE];
+static int cg_ncache;
+
+static int populated(const char *dir) {
+  char path[MAXPATH], buf[256];
+  if (snprintf(path, sizeof path, "%s/cgroup.events", dir) >= (int)sizeof path)
+    return -1;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  buf[n] = '\0';
+  return strstr(buf, "populated 0") ? 0 : 1;
+}
+
+int sbx_cgroup_take(const char *parent, char **out) {
+  static unsigned long counter;
+  size_t plen = strlen(parent);
+  for (int i = cg_ncache - 1; i >= 0; i--) {
+    char *c = cg_cache[i];
+    if (strncmp(c, parent, plen) != 0 || c[plen] != '/' || strchr(c + plen + 1, '/'))
+      continue;
+    cg_cache[i] = cg_cache[--cg_ncache];
+    if (populated(c) == 0) {       /* still there, still empty */
+      *out = c;
+      return 0;
+    }
+    free(c);
+  }
+  char buf[MAXPATH];
+  int n = snprintf(buf, sizeof buf, "%s/c%d.%lu", parent, (int)getpid(), ++counter);
+  if (n < 0 || n >= (int)sizeof buf) return ENAMETOOLONG;
+  if (mkdir(buf, 0755) < 0) return errno;
+  *out = strdup(buf);
+  return *out ? 0 : ENOMEM;
+}
+
+void sbx_cgroup_give(char *path) {
+  if (!path) return;
+  if (populated(path) == 0 && cg_ncache < CG_CACHE) {
+    cg_cache[cg_ncache++] = path;
+    return;
+  }
+  if (populated(path) == 0) rmdir(path);
+  free(path);
+}
+
 /* ------------------------------------------------------- the /proc sweep */
 
 typedef struct ptab { pid_t *pid, *ppid; size_t n, cap; } ptab;

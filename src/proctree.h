@@ -14,6 +14,13 @@ int sbx_cgroup_kill(const char *dir);
 int sbx_cgroup_remove(const char *dir, int wait);
 /* Visit the pids of a cgroup and, recursively, of its children. */
 void sbx_cgroup_each_pid(const char *dir, void (*fn)(pid_t, void *), void *ud);
+/* A cgroup for one command under `parent`: an empty one kept from an
+** earlier command, or a new one. 0 and a malloc'd path, or an errno. */
+int sbx_cgroup_take(const char *parent, char **out);
+/* A command's cgroup is done with (path is consumed): kept for reuse when
+** empty, left alone when a daemon the command started still lives in it. */
+void sbx_cgroup_give(char *path);
+
 /* SIGKILL: every descendant of `pid` (found through /proc), then `pid`;
 ** another signal goes to its process group. */
 void sbx_kill_tree(pid_t pid, int sig);

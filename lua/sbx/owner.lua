@@ -146,9 +146,7 @@ end
 
 -- Embedded in another host (require "sbx" from lua5.4), nobody calls
 -- destroy_all at exit: closing the Lua state does, through this finalizer.
-M._sentinel = setmetatable({}, { __gc = function()
-  if next(owned) ~= nil then pcall(M.destroy_all) end
-end })
+M._sentinel = setmetatable({}, { __gc = function() pcall(M.destroy_all) end })
 
 -- ------------------------------------------------------------- read back
 

@@ -1,0 +1,186 @@
+/*
+** vfork-style clone3. A full fork copies the page tables of sbxlua for
+** every command; with CLONE_VM | CLONE_VFORK the child runs on a small
+** stack of its own in the parent's memory until execve, as posix_spawn
+** does, and CLONE_INTO_CGROUP places it in its cgroup without a migration.
+** Returning from clone3 onto a new stack needs a few instructions of
+** assembly; other architectures use fork-style clone3 (same semantics,
+** slower).
+*/
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "spawn.h"
+
+#if defined(__x86_64__)
+#define SBX_CLONE_TRAMPOLINE 1
+/* long sbx_clone3(struct clone_args *, size_t, int (*fn)(void *), void *) */
+__asm__(".text\n"
+        ".globl sbx_clone3\n"
+        ".hidden sbx_clone3\n"
+        ".type sbx_clone3,@function\n"
+        "sbx_clone3:\n"
+        "  mov %rdx, %r8\n"
+        "  mov %rcx, %r9\n"
+        "  mov $435, %eax\n"           /* SYS_clone3 */
+        "  syscall\n"
+        "  test %rax, %rax\n"
+        "  jnz 1f\n"
+        "  xor %ebp, %ebp\n"           /* child, on its own stack */
+        "  mov %r9, %rdi\n"
+        "  call *%r8\n"
+        "  mov %eax, %edi\n"
+        "  mov $60, %eax\n"            /* SYS_exit */
+        "  syscall\n"
+        "  hlt\n"
+        "1: ret\n"
+        ".size sbx_clone3, .-sbx_clone3\n");
+#elif defined(__aarch64__)
+#define SBX_CLONE_TRAMPOLINE 1
+__asm__(".text\n"
+        ".globl sbx_clone3\n"
+        ".hidden sbx_clone3\n"
+        ".type sbx_clone3,%function\n"
+        "sbx_clone3:\n"
+        "  mov x10, x2\n"
+        "  mov x11, x3\n"
+        "  mov x8, #435\n"
+        "  svc #0\n"
+        "  cbnz x0, 1f\n"
+        "  mov x0, x11\n"
+        "  blr x10\n"
+        "  mov x8, #93\n"              /* SYS_exit */
+        "  svc #0\n"
+        "1: ret\n"
+        ".size sbx_clone3, .-sbx_clone3\n");
+#endif
+
+#ifdef SBX_CLONE_TRAMPOLINE
+long sbx_clone3(struct clone_args *ca, size_t size, int (*fn)(void *), void *arg);
+#endif
+
+static void move_fd(int from, int to) {
+  if (from == to) fcntl(to, F_SETFD, 0);  /* dup2 would keep O_CLOEXEC */
+  else dup2(from, to);
+}
+
+/* Signals a parent may have set to SIG_IGN, which execve would keep. */
+static const int reset_signals[] = {SIGPIPE, SIGHUP, SIGINT, SIGQUIT, SIGTERM,
+  SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD, SIGTTIN, SIGTTOU, SIGTSTP, SIGXFSZ};
+
+/* In the child: system calls only, until execve. */
+static int child(void *arg) {
+  sbx_spawn_req *r = arg;
+  sigset_t none;
+  for (size_t i = 0; i < sizeof reset_signals / sizeof *reset_signals; i++)
+    signal(reset_signals[i], SIG_DFL);
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  setpgid(0, 0);
+  if (r->cgroup_fd < 0) prctl(PR_SET_CHILD_SUBREAPER, 1);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  int in = r->in >= 0 ? r->in : open("/dev/null", O_RDONLY | O_CLOEXEC);
+  move_fd(in, 0);
+  move_fd(r->out, 1);
+  move_fd(r->err, 2);
+  if (r->cwd && chdir(r->cwd) < 0) {
+    r->stage = 1;
+    goto fail;
+  }
+  syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
+  execve(r->path, r->argv, r->envp);
+  r->stage = 2;
+fail:
+  r->err_no = errno;
+  if (r->report >= 0) {            /* fork-style: our memory is a copy */
+    int rep[2] = {r->stage, r->err_no};
+    if (write(r->report, rep, sizeof rep) < 0) _exit(126);
+  }
+  _exit(127);
+}
+
+pid_t sbx_spawn(sbx_spawn_req *r, int *pidfd) {
+  struct clone_args ca;
+  memset(&ca, 0, sizeof ca);
+  r->stage = r->err_no = 0;
+  r->report = -1;
+  *pidfd = -1;
+  ca.flags = CLONE_PIDFD | (r->cgroup_fd >= 0 ? CLONE_INTO_CGROUP : 0);
+  ca.pidfd = (uint64_t)(uintptr_t)pidfd;
+  ca.exit_signal = SIGCHLD;
+  ca.cgroup = r->cgroup_fd >= 0 ? (uint64_t)r->cgroup_fd : 0;
+  pid_t pid;
+#ifdef SBX_CLONE_TRAMPOLINE
+  _Alignas(16) char stack[32768];
+  ca.flags |= CLONE_VM | CLONE_VFORK;
+  ca.stack = (uint64_t)(uintptr_t)stack;
+  ca.stack_size = sizeof stack;
+  pid = (pid_t)sbx_clone3(&ca, sizeof ca, child, r);
+  if (pid < 0) {
+    errno = -pid;
+    return -1;
+  }
+#else
+  int rep[2] = {0, 0}, fds[2];
+  if (pipe2(fds, O_CLOEXEC) < 0) return -1;
+  r->report = fds[1];
+  pid = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
+  if (pid == 0) child(r);
+  close(fds[1]);
+  if (pid > 0 && read(fds[0], rep, sizeof rep) == (ssize_t)sizeof rep) {
+    r->stage = rep[0];
+    r->err_no = rep[1];
+  }
+  close(fds[0]);
+  r->report = -1;
+  if (pid < 0) return -1;
+#endif
+  /* With CLONE_VFORK the child has exec'd or failed by now. (Without it,
+  ** a failure shows up as an exit before we look; see lproc.c's reap.) */
+  if (r->stage) {
+    siginfo_t si;
+    waitid(P_PIDFD, *pidfd, &si, WEXITED);
+    close(*pidfd);
+    *pidfd = -1;
+    errno = r->err_no;
+    return -1;
+  }
+  return pid;
+}
+
+const char *sbx_env_path(char *const *envp) {
+  for (; *envp; envp++)
+    if (strncmp(*envp, "PATH=", 5) == 0) return *envp + 5;
+  return SBX_DEFAULT_PATH;
+}
+
+int sbx_find_program(const char *name, const char *path, char *buf,
+                     size_t size) {
+  struct stat st;
+  if (strchr(name, '/')) {
+    if (strlen(name) >= size) return ENAMETOOLONG;
+    strcpy(buf, name);
+    return 0;
+  }
+  if (!*name) return ENOENT;
+  while (path && *path) {
+    const char *end = strchrnul(path, ':');
+    int len = (int)(end - path);
+    if (len > 0 && path[0] == '/' &&
+        snprintf(buf, size, "%.*s/%s", len, path, name) < (int)size &&
+        stat(buf, &st) == 0 && S_ISREG(st.st_mode) && access(buf, X_OK) == 0)
+      return 0;
+    path = *end ? end + 1 : end;
+  }
+  return ENOENT;
+}

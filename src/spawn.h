@@ -1,0 +1,37 @@
+/*
+** Starting a child: vfork-style clone3 (the child borrows the parent's
+** memory until it execs, so nothing is copied), straight into a cgroup when
+** one is given, with a pidfd. No Lua here: sbx-agent links it too.
+*/
+#ifndef SBX_SPAWN_H
+#define SBX_SPAWN_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct sbx_spawn_req {
+  const char *path;          /* program to execve (already looked up) */
+  const char *cwd;           /* NULL: inherit */
+  char *const *argv, *const *envp;
+  int in, out, err;          /* fds for 0, 1, 2; in < 0 means /dev/null */
+  int cgroup_fd;             /* -1: none, and the child is its own subreaper */
+  /* set by the child when it fails before execve */
+  volatile int stage;        /* 1 chdir, 2 execve */
+  volatile int err_no;
+  int report;                /* internal: pipe for fork-style clone3 */
+} sbx_spawn_req;
+
+/* Returns the pid (and *pidfd) or -1: errno for clone3 failures, or
+** r->stage/r->err_no when the child could not chdir or exec (it has been
+** reaped). */
+pid_t sbx_spawn(sbx_spawn_req *r, int *pidfd);
+
+/* Find `name` on `path` (a PATH value) like execvp, without using the
+** caller's own environment. 0 and the result in buf, or an errno. */
+int sbx_find_program(const char *name, const char *path, char *buf, size_t size);
+/* The PATH= entry of envp, or the documented default. */
+const char *sbx_env_path(char *const *envp);
+
+#define SBX_DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+#endif

@@ -90,12 +90,16 @@ function Sandbox:execute_command(cmd, args, opts)
   return run(self, argv, opts, "execute_command")
 end
 
+-- interpreter, file suffix, flag that takes the code as an argument
 local INTERPRETERS = {
-  python = { "python3", ".py" }, python3 = { "python3", ".py" },
-  node = { "node", ".js" }, javascript = { "node", ".js" },
-  bash = { "bash", ".sh" }, sh = { "sh", ".sh" }, ruby = { "ruby", ".rb" },
-  perl = { "perl", ".pl" }, lua = { "lua5.4", ".lua" }, php = { "php", ".php" },
+  python = { "python3", ".py", "-c" }, python3 = { "python3", ".py", "-c" },
+  node = { "node", ".js", "-e" }, javascript = { "node", ".js", "-e" },
+  bash = { "bash", ".sh", "-c" }, sh = { "sh", ".sh", "-c" }, ruby = { "ruby", ".rb", "-e" },
+  perl = { "perl", ".pl", "-e" }, lua = { "lua5.4", ".lua", "-e" }, php = { "php", ".php", "-r" },
 }
+-- Code up to this size goes as an argument (one argument may hold 128 KiB);
+-- larger code is written to a file in the sandbox first.
+local INLINE_MAX = 64 * 1024
 
 local code_seq = 0
 
@@ -109,13 +113,19 @@ function Sandbox:execute_code(code, opts)
     check.bad("execute_code", "language must be an interpreter name like \"python\" or \"node\"")
   end
   local interp = INTERPRETERS[lang] or { lang, "" }
-  code_seq = code_seq + 1
-  local file = string.format(".sbx-code-%d-%d%s", require("sbx.proc").getpid(), code_seq, interp[2])
   local rest = {}
   for k, v in pairs(opts) do if k ~= "language" then rest[k] = v end end
-  self:write_file(file, code)
-  local ok, r = pcall(run, self, { interp[1], file }, rest, "execute_code")
-  pcall(self.remove, self, file)
+  local argv, file
+  if interp[3] and #code <= INLINE_MAX and not code:find("\0", 1, true) then
+    argv = { interp[1], interp[3], code }
+  else
+    code_seq = code_seq + 1
+    file = string.format(".sbx-code-%d-%d%s", require("sbx.proc").getpid(), code_seq, interp[2])
+    self:write_file(file, code)
+    argv = { interp[1], file }
+  end
+  local ok, r = pcall(run, self, argv, rest, "execute_code")
+  if file then pcall(self.remove, self, file) end
   if not ok then
     if errors.is(r, "SandboxExecutionError") and r.code == "ENOENT" then
       errors.raise("SandboxExecutionError", string.format(

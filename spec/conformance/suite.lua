@@ -64,7 +64,13 @@ return function(backend, create_opts, env)
         assert.equal("SandboxExecutionError", kind)
         assert.matches("no%-such%-lang", err.message)
       end)
-      it("leaves no code file behind", function()
+      it("runs large code through a file and leaves no file behind", function()
+        local lines = { "total = 0" }
+        for i = 1, 5000 do lines[#lines + 1] = ("total += %d  # padding to make the code large"):format(i) end
+        lines[#lines + 1] = "print(total)"
+        local code = table.concat(lines, "\n")
+        assert.is_true(#code > 200 * 1024)
+        assert.equal("12502500\n", sb:execute_code(code).stdout)
         sb:execute_code("print(1)")
         for _, e in ipairs(sb:list_files(".")) do assert.is_nil(e.name:match("^%.sbx%-code")) end
       end)

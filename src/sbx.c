@@ -17,6 +17,7 @@ extern const embedded sbx_embedded[];
 
 int luaopen_sbx_proc(lua_State *L);
 int luaopen_sbx_fs(lua_State *L);
+int luaopen_sbx_stream(lua_State *L);
 int luaopen_sbx_http(lua_State *L);
 int luaopen_sbx_tar(lua_State *L);
 int luaopen_sbx_demux(lua_State *L);
@@ -103,6 +104,7 @@ void sbx_openlibs(lua_State *L) {
   preload(L, "sbx.fs", luaopen_sbx_fs);
   preload(L, "sbx.cgroup", luaopen_sbx_cgroup);
   preload(L, "sbx.agentbin", open_agentbin);
+  preload(L, "sbx.stream", luaopen_sbx_stream);
 #ifdef SBX_HAVE_HTTP
   preload(L, "sbx.http", luaopen_sbx_http);
 #endif

@@ -177,8 +177,9 @@ local function create_on(name, opts)
   local ttl = opts.timeout_secs or 3600
   local s = owner.before_create{ event = "create", id = id, backend = name, created = os.time(),
                                  ttl = ttl, labels = opts.labels, host = owner.hostname() }
-  local okc, h = pcall(p.create, { id = id, session = s.id, workdir = opts.workdir,
-                                   labels = opts.labels })
+  local spec = { id = id, session = s.id, ttl = ttl }
+  for k, v in pairs(opts) do if spec[k] == nil then spec[k] = v end end
+  local okc, h = pcall(p.create, spec)
   if not okc then
     owner.record{ event = "destroy", id = id, failed = true }
     if errors.is(h, "SandboxError") then error(h, 0) end

@@ -2,7 +2,8 @@
 ** sbx-agent: a small static program that sbxlua places inside a sandbox
 ** (a container has none of sbxlua's own machinery).
 **
-**   sbx-agent run [--timeout SECS] [--stdin FILE] [--cwd DIR] -- PROG [ARGS]
+**   sbx-agent run [--timeout SECS] [--stdin FILE|-] [--cwd DIR] [--pidfile F]
+**                 -- PROG [ARGS]
 **     Supervises one command where the backend's own exec API cannot:
 **     it is a subreaper, so every descendant (setsid ones included) stays
 **     below it; a timeout or a TERM/INT/HUP kills the whole tree; output is
@@ -28,6 +29,9 @@
 **   sbx-agent rm [-r] PATH
 **     Removes a file, a symlink (never its target) or, with -r, a tree
 **     without following symlinks. Exit 3 when PATH does not exist.
+**
+**   sbx-agent mkdir PATH
+**     Like mkdir -p (mode 0755). Exit 4 when a component is not a directory.
 **
 **   sbx-agent version
 */
@@ -122,8 +126,12 @@ static void child(const options *o, int out, int err, int report) {
   sigprocmask(SIG_SETMASK, &none, NULL);
   signal(SIGPIPE, SIG_DFL);
   setpgid(0, 0);
-  int in = open(o->stdin_file ? o->stdin_file : "/dev/null", O_RDONLY | O_CLOEXEC);
-  if (in >= 0) dup2(in, 0);
+  /* "--stdin -": the command reads the agent's own stdin (an attached
+  ** exec stream); otherwise a file, or /dev/null when none is given. */
+  if (!o->stdin_file || strcmp(o->stdin_file, "-") != 0) {
+    int in = open(o->stdin_file ? o->stdin_file : "/dev/null", O_RDONLY | O_CLOEXEC);
+    if (in >= 0) dup2(in, 0);
+  }
   dup2(out, 1);
   dup2(err, 2);
   if (o->cwd && chdir(o->cwd) < 0) {
@@ -180,7 +188,8 @@ static int cmd_run(int argc, char **argv) {
   ssize_t n;
   while ((n = read(rep[0], why, sizeof why)) < 0 && errno == EINTR) {}
   close(rep[0]);
-  if (o.stdin_file) unlink(o.stdin_file);   /* one use, and it is opened */
+  if (o.stdin_file && strcmp(o.stdin_file, "-") != 0)
+    unlink(o.stdin_file);          /* one use, and it is opened */
   if (n == (ssize_t)sizeof why) {
     waitpid(pid, NULL, 0);
     trailer(why[0] == 1 ? "nocwd" : "noexec", why[1]);
@@ -310,16 +319,38 @@ static int cmd_rm(int argc, char **argv) {
   return 0;
 }
 
+static int cmd_mkdir(int argc, char **argv) {
+  if (argc != 3) return 2;
+  char *path = argv[2];
+  struct stat st;
+  for (char *p = path + 1;; p++) {
+    if (*p != '/' && *p != '\0') continue;
+    char saved = *p;
+    *p = '\0';
+    if (mkdir(path, 0755) < 0 && errno != EEXIST) {
+      fprintf(stderr, "sbx-agent: %s: %s\n", path, strerror(errno));
+      return errno == ENOTDIR ? 4 : 1;
+    }
+    if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode)) {
+      fprintf(stderr, "sbx-agent: %s: not a directory\n", path);
+      return 4;
+    }
+    *p = saved;
+    if (!saved) return 0;
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "run") == 0) return cmd_run(argc, argv);
   if (argc >= 2 && strcmp(argv[1], "ls") == 0) return cmd_ls(argc, argv);
   if (argc >= 2 && strcmp(argv[1], "sleep") == 0) return cmd_sleep();
   if (argc >= 2 && strcmp(argv[1], "kill") == 0) return cmd_kill(argc, argv);
   if (argc >= 2 && strcmp(argv[1], "rm") == 0) return cmd_rm(argc, argv);
+  if (argc >= 2 && strcmp(argv[1], "mkdir") == 0) return cmd_mkdir(argc, argv);
   if (argc >= 2 && strcmp(argv[1], "version") == 0) {
     printf("sbx-agent %s\n", AGENT_VERSION);
     return 0;
   }
-  fprintf(stderr, "usage: sbx-agent run|ls|rm|kill|sleep|version ...\n");
+  fprintf(stderr, "usage: sbx-agent run|ls|rm|mkdir|kill|sleep|version ...\n");
   return 2;
 }

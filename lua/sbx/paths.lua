@@ -1,0 +1,38 @@
+--- Sandbox paths for backends with a filesystem of their own (containers):
+--- relative paths resolve against the working directory; `..` never climbs
+--- above `/`; the result is absolute and normalized.
+local errors = require "sbx.errors"
+
+local M = {}
+
+---@param workdir string absolute working directory
+---@param path string sandbox path
+---@param op string operation name for errors
+---@return string absolute normalized path
+function M.resolve(workdir, path, op)
+  if type(path) ~= "string" then errors.raise("ConfigError", op .. ": path must be a string") end
+  if path:find("\0", 1, true) then errors.raise("PathError", op .. ": path contains a NUL byte", { op = op }) end
+  if #path > 4096 then errors.raise("PathError", op .. ": path is longer than 4096 bytes", { op = op }) end
+  local full = path:sub(1, 1) == "/" and path or (workdir .. "/" .. path)
+  local parts = {}
+  for seg in full:gmatch("[^/]+") do
+    if seg == ".." then
+      if #parts == 0 then
+        errors.raise("PathError", op .. ": " .. path .. " leaves the sandbox", { op = op })
+      end
+      parts[#parts] = nil
+    elseif seg ~= "." then
+      parts[#parts + 1] = seg
+    end
+  end
+  return "/" .. table.concat(parts, "/")
+end
+
+---Split an absolute normalized path into its directory and base name.
+function M.split(abs)
+  local dir, base = abs:match("^(.*)/([^/]+)$")
+  if not dir then return "/", "" end
+  return dir == "" and "/" or dir, base
+end
+
+return M

@@ -308,7 +308,7 @@ static void proc_release(proc *p) {
     free(c);
   }
   p->qtail = NULL;
-  while (p->waiters) forget_waiter(p, p->waiters);
+  notify(p);                       /* waiters see the close and raise */
   if (p->selfref != LUA_NOREF) {
     luaL_unref(sbx_loop_main(p->lp), LUA_REGISTRYINDEX, p->selfref);
     p->selfref = LUA_NOREF;

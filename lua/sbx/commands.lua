@@ -183,10 +183,11 @@ function M.gc(args)
   for _, name in ipairs(providers.names) do
     local p = providers.get(name)
     for _, r in ipairs(p.list_owned and p.list_owned() or {}) do
-      if not live_sessions[r.session] and r.session ~= owner.session_id()
+      if not live_sessions[r.session] and not owner.session_alive(r.session, r.lock)
          and not journaled[r.id] then
         extra[#extra + 1] = { provider = p, entry = { id = r.id, session = r.session,
-                              backend = name, dir = r.dir, state = { dir = r.dir, own = true } } }
+                              backend = name, dir = r.dir, container = r.container,
+                              state = { dir = r.dir, own = true, container = r.container } } }
       end
     end
   end

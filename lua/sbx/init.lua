@@ -67,14 +67,14 @@ local function candidates(opts)
     check.bad("sandbox", "unknown isolation '" .. opts.isolation
       .. "' (process, namespace, container, gvisor, microvm)")
   end
-  local all = {}
+  local all, described = {}, providers.describe()
   for _, n in ipairs(providers.names) do all[#all + 1] = n end
   for _, n in ipairs(providers.planned) do all[#all + 1] = n end
   for _, name in ipairs(all) do
     local why
     if opts.only and not has(opts.only, name) then why = "not in 'only'"
     elseif has(opts.ignore, name) then why = "in 'ignore'" end
-    local desc = not why and providers.describe()[name]
+    local desc = not why and described[name]
     if desc and not desc.available then why = "unavailable: " .. tostring(desc.reason) end
     if desc and not why then
       for _, cap in ipairs(opts.needs or {}) do

@@ -67,6 +67,18 @@ end
 
 function M.session_id() return session and session.id end
 
+---The lock file that says whether the current session is alive; backends
+---label resources with it, so a gc run from any state directory can ask.
+function M.lock_path() return session and (sessions_dir() .. "/" .. session.id .. ".lock") end
+
+---Is the session that owns a resource alive? `lock` is the resource's
+---sbxlua.lock label when it has one; else the session's lock in our state dir.
+function M.session_alive(id, lock)
+  if id and session and id == session.id then return true end
+  if lock and lock ~= "" then return fs.is_locked(lock) end
+  return id ~= nil and fs.is_locked(sessions_dir() .. "/" .. id .. ".lock")
+end
+
 ---Append one fsynced line to the journal.
 function M.record(entry)
   entry.session = entry.session or session.id

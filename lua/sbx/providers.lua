@@ -4,10 +4,10 @@ local errors = require "sbx.errors"
 local M = {}
 
 -- Known backend names, in the order routing prefers them by default.
-M.names = { "local" }
-local modules = { ["local"] = "sbx.backends.local" }
+M.names = { "local", "docker" }
+local modules = { ["local"] = "sbx.backends.local", docker = "sbx.backends.docker" }
 -- Backends that API.md names but this build cannot drive yet.
-M.planned = { "bwrap", "docker", "ray", "e2b", "daytona", "tensorlake", "modal", "safehouse" }
+M.planned = { "bwrap", "ray", "e2b", "daytona", "tensorlake", "modal", "safehouse" }
 
 M.ISOLATION = { process = 1, namespace = 2, container = 3, gvisor = 4, microvm = 5 }
 
@@ -29,11 +29,19 @@ function M.get(name)
 end
 
 ---name -> { available=, reason=, capabilities=, isolation=, price=, options=, ... }
+---A provider that fails to load or to answer is unavailable, with the reason.
 function M.describe()
   local out = {}
   for _, name in ipairs(M.names) do
-    local p = M.get(name)
-    local ok, reason = p.available()
+    local loaded, p = pcall(M.get, name)
+    local ok, reason
+    if loaded then
+      loaded, ok, reason = pcall(p.available)
+      if not loaded then ok, reason = false, tostring(ok) end
+    else
+      ok, reason = false, "cannot load the provider: " .. tostring(p)
+      p = { descriptor = { name = name, capabilities = {}, options = {} } }
+    end
     local d = {}
     for k, v in pairs(p.descriptor) do d[k] = v end
     d.available, d.reason = ok and true or false, (not ok) and reason or nil

@@ -1,5 +1,7 @@
 -- The behavioural suite every backend must pass. A backend's spec file
--- calls this with its name, create options and its busted environment:
+-- calls this with its name, create options, its busted environment and its
+-- traits ({ own_root = true } for backends with a filesystem of their own,
+-- where absolute paths and symlinks resolve inside the sandbox):
 --   require("spec.conformance.suite")("local", {}, _ENV)
 local sbx = require "sbx"
 local loop = require "sbx.loop"
@@ -16,7 +18,8 @@ end
 
 local function shq(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
-return function(backend, create_opts, env)
+return function(backend, create_opts, env, traits)
+  traits = traits or {}
   local describe, it, before_each, after_each, assert =
     env.describe, env.it, env.before_each, env.after_each, env.assert
   local function new(extra)
@@ -145,7 +148,7 @@ return function(backend, create_opts, env)
         assert.equal("FileNotFoundError", kind_of(function() sb:execute_command("true", {}, { cwd = "nope" }) end))
         sb:write_file("afile", "x")
         assert.equal("PathError", kind_of(function() sb:execute_command("true", {}, { cwd = "afile" }) end))
-        assert.equal("PathError", kind_of(function() sb:execute_command("true", {}, { cwd = "../.." }) end))
+        assert.equal("PathError", kind_of(function() sb:execute_command("true", {}, { cwd = "/../.." }) end))
       end)
       it("rejects bad arguments with ConfigError", function()
         assert.equal("ConfigError", kind_of(function() sb:execute_command(42) end))
@@ -156,9 +159,10 @@ return function(backend, create_opts, env)
       end)
       it("never shows sbxlua's own environment inside (canary)", function()
         local out = host("SBX_CANARY_SECRET=canary-7731 " .. BIN .. " -e " .. shq(
-          "local sb <close> = sbx.sandbox(" .. string.format("%q", backend) .. ")\n"
+          "local sb <close> = sbx.sandbox(" .. string.format("%q", backend) .. ", sbx.json.decode(arg[1]))\n"
           .. "io.write(sb:execute_command('env').stdout)\n"
-          .. "io.write(sb:execute_command('cat', {'/proc/self/environ'}).stdout)"))
+          .. "io.write(sb:execute_command('cat', {'/proc/self/environ'}).stdout)") .. " "
+          .. shq(sbx.json.encode(create_opts or {})))
         assert.is_nil(out:find("canary-7731", 1, true))
         assert.matches("PATH=", out)
       end)
@@ -196,7 +200,13 @@ return function(backend, create_opts, env)
       it("roundtrips through the API", function()
         sb:write_file("/data/in.txt", "42")
         assert.equal("42", sb:read_file("/data/in.txt"))
-        assert.equal("42", sb:read_file("data/in.txt"))
+        sb:write_file("rel/in.txt", "43")
+        assert.equal("43", sb:read_file("rel/in.txt"))
+        if traits.own_root then
+          assert.equal("43", sb:read_file(sb.workdir .. "/rel/in.txt"))
+        else   -- local: the file API's "/" is the sandbox directory
+          assert.equal("42", sb:read_file("data/in.txt"))
+        end
       end)
       it("API write, then cat", function()
         sb:write_file("note.txt", "from the api")
@@ -236,15 +246,34 @@ return function(backend, create_opts, env)
         sb:remove("x", { recursive = true })
         assert.equal("FileNotFoundError", kind_of(function() sb:read_file("x/y/z/f") end))
       end)
-      it("rejects .. and symlink escapes with PathError", function()
-        assert.equal("PathError", kind_of(function() sb:read_file("../../../etc/passwd") end))
-        assert.equal("PathError", kind_of(function() sb:write_file("a/../../x", "no") end))
-        sb:execute_command("ln", { "-s", "/etc", "evil" })
-        assert.equal("PathError", kind_of(function() sb:read_file("evil/passwd") end))
-        assert.equal("PathError", kind_of(function() sb:write_file("evil/owned", "no") end))
-        sb:execute_command("ln", { "-s", "../../../../../../..", "up" })
-        assert.equal("PathError", kind_of(function() sb:list_files("up") end))
+      it("rejects paths that climb above the sandbox's root with PathError", function()
+        assert.equal("PathError", kind_of(function() sb:read_file("/../../../etc/passwd") end))
+        assert.equal("PathError", kind_of(function() sb:write_file("/a/../../x", "no") end))
+        assert.equal("PathError", kind_of(function() sb:list_files("/..") end))
+        assert.equal("PathError", kind_of(function() sb:remove("/../tmp", { recursive = true }) end))
       end)
+      if traits.own_root then
+        it("resolves absolute paths and symlinks inside its own filesystem, never the host's", function()
+          local canary = "/tmp/sbx-host-canary-" .. math.random(1e9)
+          local f = io.open(canary, "w") f:write("host secret") f:close()
+          assert.equal("FileNotFoundError", kind_of(function() sb:read_file(canary) end))
+          sb:execute_command("ln", { "-s", "/tmp", "tmplink" })
+          assert.equal("FileNotFoundError", kind_of(function() sb:read_file("tmplink/" .. canary:match("[^/]+$")) end))
+          sb:execute_command("ln", { "-s", "/etc", "evil" })
+          assert.matches("root:", sb:read_file("evil/passwd"))
+          os.remove(canary)
+        end)
+      else
+        it("rejects .. and symlink escapes with PathError", function()
+          assert.equal("PathError", kind_of(function() sb:read_file("../../../etc/passwd") end))
+          assert.equal("PathError", kind_of(function() sb:write_file("a/../../x", "no") end))
+          sb:execute_command("ln", { "-s", "/etc", "evil" })
+          assert.equal("PathError", kind_of(function() sb:read_file("evil/passwd") end))
+          assert.equal("PathError", kind_of(function() sb:write_file("evil/owned", "no") end))
+          sb:execute_command("ln", { "-s", "../../../../../../..", "up" })
+          assert.equal("PathError", kind_of(function() sb:list_files("up") end))
+        end)
+      end
       it("raises FileNotFoundError for missing files", function()
         assert.equal("FileNotFoundError", kind_of(function() sb:read_file("nope.txt") end))
         assert.equal("FileNotFoundError", kind_of(function() sb:list_files("nope") end))

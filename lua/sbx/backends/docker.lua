@@ -1,0 +1,689 @@
+--- The `docker` backend: containers on a Docker engine, spoken to through
+--- the Engine API (no docker CLI). Every container gets sbx-agent (uploaded
+--- at create through the archive endpoint) as its first process and as the
+--- supervisor of each command, which gives exec what the Engine API lacks:
+--- timeouts that kill the whole tree, a reported timeout distinct from exit
+--- 124, and commands that end when they exit even if a daemon they started
+--- keeps their output open.
+local http = require "sbx.http"
+local stream = require "sbx.stream"
+local tar = require "sbx.tar"
+local demux = require "sbx.demux"
+local json = require "cjson.safe"
+local loop = require "sbx.loop"
+local errors = require "sbx.errors"
+local owner = require "sbx.owner"
+local paths = require "sbx.paths"
+
+local M = {}
+
+M.WORKDIR = "/workspace"
+M.AGENT = "/.sbx/sbx-agent"
+M.RUNDIR = "/.sbx/run"
+-- The capabilities a container keeps (all others are dropped): enough for
+-- package managers and ordinary tools running as root inside.
+M.CAPS = { "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
+           "NET_BIND_SERVICE" }
+M.DEFAULTS = { cpu = 1, memory_mb = 2048, pids = 1024 }
+
+M.descriptor = {
+  name = "docker",
+  description = "containers on a Docker engine (Engine API over its socket)",
+  isolation = "container",
+  capabilities = { "exec", "files", "streaming", "background", "snapshot", "resume", "network" },
+  options = { image = true, cpu = true, memory_mb = true, allow_internet = true,
+              snapshot_id = true, backend_options = true },
+  price = { per_hour = 0, per_vcpu_hour = 0, per_gib_hour = 0 },
+  regions = {},
+  limits = {},
+}
+
+local API_MAX = 1.43          -- newest Engine API version this code speaks
+
+local function fail(kind, msg, fields)
+  fields = fields or {}
+  fields.backend = "docker"
+  errors.raise(kind, msg, fields)
+end
+
+-- -------------------------------------------------------------- transport
+
+local conn                    -- { socket=, base=, prefix= }
+
+local function endpoint()
+  local host = os.getenv("DOCKER_HOST")
+  if not host or host == "" then host = M.host or "unix:///var/run/docker.sock" end
+  if host:match("^unix://") then return { socket = host:sub(8), base = "http://docker", host = host } end
+  local hp = host:match("^tcp://(.+)$") or host:match("^http://(.+)$")
+  if hp then return { base = "http://" .. hp, host = host } end
+  return nil, "unsupported DOCKER_HOST '" .. host .. "' (use unix:///path or tcp://host:port)"
+end
+
+-- Transport failures, in the words of someone fixing their machine.
+local function why_unreachable(ep, msg, code)
+  if code == "ENOENT" then
+    return "no Docker socket at " .. tostring(ep.socket) .. " (install docker.io and start dockerd)"
+  elseif code == "EACCES" then
+    return "permission denied on " .. tostring(ep.socket) .. " (add the user to the docker group, or run as root)"
+  elseif code == "ECONNREFUSED" then
+    return "the Docker engine at " .. ep.host .. " is not running (start dockerd)"
+  elseif code == "ETIMEDOUT" then
+    return "the Docker engine at " .. ep.host .. " did not answer in time"
+  end
+  return "cannot reach the Docker engine at " .. ep.host .. ": " .. tostring(msg)
+end
+
+local function raw(ep, method, path, o)
+  return http.request{
+    url = ep.base .. path, unix_socket = ep.socket, method = method,
+    headers = o.headers, body = o.body, timeout = o.timeout or 60,
+    connect_timeout = 5, max_body = o.max_body, stream = o.stream,
+  }
+end
+
+---Connect (once): find the engine and agree on an API version.
+local function connect()
+  if conn then return conn end
+  local ep, err = endpoint()
+  if not ep then fail("BackendNotInstalledError", err) end
+  local res, msg, code = raw(ep, "GET", "/_ping", { timeout = 5 })
+  if not res then fail("BackendNotInstalledError", why_unreachable(ep, msg, code)) end
+  if res.status ~= 200 then
+    fail("BackendNotInstalledError", "the Docker engine answered /_ping with HTTP " .. res.status)
+  end
+  local v = tonumber(res.headers["api-version"] or "") or 1.41
+  ep.prefix = string.format("/v%.2f", math.min(v, API_MAX))
+  conn = ep
+  return conn
+end
+
+local IDEMPOTENT = { GET = true, HEAD = true, DELETE = true, PUT = true }
+
+local function message_of(res)
+  local body = json.decode(res.body or "")
+  return type(body) == "table" and body.message or (res.body or ""):sub(1, 300)
+end
+
+---One Engine API call, with a deadline; idempotent calls retry transport
+---errors and 5xx/429 (at most 3 tries, jittered, honouring Retry-After).
+---@return table res { status, headers, body, json }
+local function call(method, path, o)
+  o = o or {}
+  local ep = connect()
+  local body, headers = o.body, o.headers or {}
+  if type(body) == "table" then
+    body = json.encode(body)
+    headers["Content-Type"] = "application/json"
+  end
+  local tries = IDEMPOTENT[method] and 3 or 1
+  for attempt = 1, tries do
+    local res, msg, code = raw(ep, method, ep.prefix .. path,
+      { headers = headers, body = body, timeout = o.timeout, max_body = o.max_body, stream = o.stream })
+    local again = attempt < tries and (not res or res.status >= 500 or res.status == 429)
+    if not again then
+      if not res then
+        conn = nil
+        fail("SandboxExecutionError", o.op .. ": " .. why_unreachable(ep, msg, code),
+             { op = o.op, retryable = true, code = code })
+      end
+      return res
+    end
+    local wait = 0.1 * 2 ^ attempt * (0.5 + math.random())
+    local ra = res and tonumber(res.headers["retry-after"] or "")
+    if ra then wait = math.min(ra, 5) end
+    if res and res.stream then res:close() end
+    loop.sleep(wait)
+  end
+end
+
+---call() that expects one of `ok` statuses; maps the rest to typed errors.
+local function expect(res, ok, o)
+  for _, s in ipairs(ok) do if res.status == s then return res end end
+  local msg = o.op .. ": " .. message_of(res)
+  if res.status == 404 then fail(o.not_found or "SandboxNotFoundError", msg, { op = o.op }) end
+  if res.status == 409 then fail(o.conflict or "SandboxExecutionError", msg, { op = o.op }) end
+  if res.status == 400 then fail(o.bad_request or "SandboxExecutionError", msg, { op = o.op }) end
+  fail(o.kind or "SandboxExecutionError", msg .. " (HTTP " .. res.status .. ")",
+       { op = o.op, retryable = res.status >= 500 })
+end
+
+local function api(method, path, ok, o)
+  o = o or {}
+  local res = expect(call(method, path, o), ok, o)
+  if not o.stream and (res.headers["content-type"] or ""):find("json", 1, true) then
+    res.json = json.decode(res.body)
+  end
+  return res
+end
+
+local function q(s) return http.escape(s) end
+
+-- ------------------------------------------------------------ availability
+
+function M.available()
+  local ok, err = pcall(connect)
+  if ok then return true end
+  return false, type(err) == "table" and err.message or tostring(err)
+end
+
+function M.home() return M.WORKDIR end
+
+-- ---------------------------------------------------------------- create
+
+local function merge(into, from)
+  for k, v in pairs(from) do
+    if type(v) == "table" and type(into[k]) == "table" and #v == 0 then merge(into[k], v)
+    else into[k] = v end
+  end
+  return into
+end
+
+local function pull(image)
+  local repo, tag = image:match("^(.-):([^:/]+)$")
+  repo, tag = repo or image, tag or "latest"
+  local res = call("POST", "/images/create?fromImage=" .. q(repo) .. "&tag=" .. q(tag),
+                   { op = "pull", timeout = 600, max_body = 16 * 1024 * 1024 })
+  if res.status ~= 200 then return false, message_of(res) end
+  for line in (res.body or ""):gmatch("[^\r\n]+") do
+    local ev = json.decode(line)
+    if type(ev) == "table" and ev.error then return false, ev.error end
+  end
+  return true
+end
+
+local function create_body(spec)
+  local mem = math.floor((spec.memory_mb or M.DEFAULTS.memory_mb) * 1024 * 1024)
+  local labels = {
+    ["sbxlua.host"] = owner.hostname(), ["sbxlua.session"] = spec.session,
+    ["sbxlua.created"] = tostring(os.time()), ["sbxlua.ttl"] = tostring(spec.ttl or 3600),
+    ["sbxlua.id"] = spec.id, ["sbxlua.lock"] = owner.lock_path(),
+  }
+  for k, v in pairs(spec.labels or {}) do labels[k] = tostring(v) end
+  local body = {
+    Image = spec.snapshot_id or spec.image or M.image or os.getenv("SBX_DOCKER_IMAGE")
+            or "python:3.12-slim",
+    Entrypoint = { M.AGENT }, Cmd = { "sleep" },
+    WorkingDir = M.WORKDIR, Labels = labels,
+    HostConfig = {
+      CapDrop = { "ALL" }, CapAdd = M.CAPS, SecurityOpt = { "no-new-privileges" },
+      PidsLimit = M.DEFAULTS.pids, Memory = mem, MemorySwap = mem,
+      NanoCpus = math.floor((spec.cpu or M.DEFAULTS.cpu) * 1e9), Init = true,
+      LogConfig = { Type = "json-file", Config = { ["max-size"] = "1m", ["max-file"] = "1" } },
+      NetworkMode = spec.allow_internet == false and "none" or nil,
+    },
+  }
+  if spec.allow_internet == false then body.NetworkDisabled = true end
+  if spec.backend_options then merge(body, spec.backend_options) end
+  return body
+end
+
+local function remove_container(cid)
+  local ok, res = pcall(call, "DELETE", "/containers/" .. q(cid) .. "?force=true&v=true",
+                        { op = "destroy", timeout = 60 })
+  if ok and res.status ~= 204 and res.status ~= 404 then
+    fail("SandboxExecutionError", "destroy: " .. message_of(res), { op = "destroy" })
+  elseif not ok then
+    error(res, 0)
+  end
+end
+
+---@param spec table id, session, ttl, labels, image, cpu, memory_mb, allow_internet, snapshot_id, backend_options
+function M.create(spec)
+  connect()
+  local body = create_body(spec)
+  local path = "/containers/create?name=" .. q("sbxlua-" .. spec.id)
+  local res = call("POST", path, { op = "create", body = body, timeout = 120 })
+  if res.status == 404 and not spec.snapshot_id then
+    local ok, why = pull(body.Image)
+    if not ok then
+      fail("SandboxCreationError", "image '" .. body.Image .. "' is not available locally and pulling it failed: "
+           .. tostring(why), { op = "create" })
+    end
+    res = call("POST", path, { op = "create", body = body, timeout = 120 })
+  end
+  if res.status == 404 and spec.snapshot_id then
+    fail("SandboxCreationError", "snapshot '" .. spec.snapshot_id .. "' does not exist on this engine", { op = "create" })
+  end
+  res = expect(res, { 201 }, { op = "create", kind = "SandboxCreationError",
+                               bad_request = "SandboxCreationError", conflict = "SandboxCreationError" })
+  local cid = json.decode(res.body).Id
+  local h = { cid = cid, id = spec.id, session = spec.session }
+  local ok, err = pcall(function()
+    local archive = assert(tar.pack({
+      { path = M.AGENT:sub(2), data = require "sbx.agentbin", mode = tonumber("755", 8) },
+      { path = M.RUNDIR:sub(2), type = "dir", mode = tonumber("700", 8) },
+      { path = M.WORKDIR:sub(2), type = "dir", mode = tonumber("755", 8) },
+    }))
+    api("PUT", "/containers/" .. cid .. "/archive?path=/", { 200 },
+        { op = "create", body = archive, headers = { ["Content-Type"] = "application/x-tar" },
+          kind = "SandboxCreationError" })
+    api("POST", "/containers/" .. cid .. "/start", { 204, 304 }, { op = "create", kind = "SandboxCreationError",
+        bad_request = "SandboxCreationError", conflict = "SandboxCreationError" })
+  end)
+  if not ok then
+    pcall(remove_container, cid)
+    if errors.is(err, "SandboxError") then error(err, 0) end
+    fail("SandboxCreationError", "create: " .. tostring(err), { op = "create" })
+  end
+  return h
+end
+
+function M.session_state(h) return { container = h.cid, session = h.session } end
+
+local function inspect(cid, op)
+  return api("GET", "/containers/" .. q(cid) .. "/json", { 200 }, { op = op }).json
+end
+
+function M.resume(state)
+  if type(state.container) ~= "string" then
+    fail("ConfigError", "session state for docker has no 'container'", { op = "resume" })
+  end
+  local info = inspect(state.container, "resume")
+  if not (info.State and info.State.Running) then
+    fail("SandboxNotFoundError", "container " .. state.container .. " is not running", { op = "resume" })
+  end
+  return { cid = state.container, id = state.id, session = state.session }
+end
+
+function M.is_alive(h)
+  local ok, info = pcall(inspect, h.cid, "is_alive")
+  return ok and info.State and info.State.Running == true or false
+end
+
+function M.destroy(h) remove_container(h.cid) end
+
+function M.list_owned()
+  local filters = json.encode{ label = { "sbxlua.host=" .. owner.hostname() } }
+  local res = api("GET", "/containers/json?all=true&filters=" .. q(filters), { 200 }, { op = "gc" })
+  local found = {}
+  for _, c in ipairs(res.json or {}) do
+    local l = c.Labels or {}
+    found[#found + 1] = { session = l["sbxlua.session"], id = l["sbxlua.id"], container = c.Id,
+                          lock = l["sbxlua.lock"] }
+  end
+  return found
+end
+
+function M.reap(entry)
+  local cid = (entry.state or {}).container or entry.container
+  if not cid then
+    for _, c in ipairs(M.list_owned()) do
+      if c.id == entry.id then cid = c.container end
+    end
+  end
+  if cid then remove_container(cid) end
+end
+
+function M.snapshot(h)
+  local labels = { ["sbxlua.snapshot"] = h.id, ["sbxlua.host"] = owner.hostname(),
+                   ["sbxlua.session"] = h.session }
+  local tag = h.id .. "-" .. os.time()
+  local res = api("POST", "/commit?container=" .. q(h.cid) .. "&repo=sbxlua-snapshot&tag=" .. q(tag)
+                  .. "&pause=true", { 201 }, { op = "snapshot", body = { Labels = labels }, timeout = 600 })
+  return { snapshot_id = res.json.Id }
+end
+
+-- ----------------------------------------------------------------- exec
+
+local function exec_create(h, cmd, env, op)
+  local res = api("POST", "/containers/" .. q(h.cid) .. "/exec", { 201 }, { op = op,
+    body = { AttachStdout = true, AttachStderr = true, AttachStdin = false, Tty = false,
+             Cmd = cmd, Env = (env and #env > 0) and env or nil },
+    conflict = "SandboxNotFoundError" })
+  return res.json.Id
+end
+
+-- A short agent command (ls, rm, mkdir, kill): stdout, stderr, exit code.
+local hijack
+
+local function agent(h, args, op)
+  local cmd = { M.AGENT }
+  for _, a in ipairs(args) do cmd[#cmd + 1] = a end
+  local eid = exec_create(h, cmd, {}, op)
+  local s, pending = hijack(eid, op)
+  local d, out, err = demux.new(), {}, {}
+  local chunk, msg = pending, nil
+  while true do
+    if not chunk or chunk == "" then chunk, msg = s:read(120) end
+    if not chunk then break end
+    local frames, ferr = d:feed(chunk)
+    if not frames then msg = ferr break end
+    for _, f in ipairs(frames) do
+      local t = f.stream == 1 and out or err
+      t[#t + 1] = f.data
+    end
+    chunk = nil
+  end
+  s:close()
+  if msg then fail("SandboxExecutionError", op .. ": " .. msg, { op = op }) end
+  local info = api("GET", "/exec/" .. eid .. "/json", { 200 }, { op = op }).json
+  return table.concat(out), table.concat(err), math.tointeger(info.ExitCode)
+end
+
+local SIGNAMES = { [1] = "SIGHUP", [2] = "SIGINT", [3] = "SIGQUIT", [4] = "SIGILL", [6] = "SIGABRT",
+  [7] = "SIGBUS", [8] = "SIGFPE", [9] = "SIGKILL", [10] = "SIGUSR1", [11] = "SIGSEGV",
+  [12] = "SIGUSR2", [13] = "SIGPIPE", [14] = "SIGALRM", [15] = "SIGTERM" }
+local STRERROR = { [2] = "No such file or directory", [13] = "Permission denied",
+  [8] = "Exec format error", [20] = "Not a directory", [21] = "Is a directory" }
+
+local Exec = {}
+Exec.__index = Exec
+Exec.__close = function(e) e:close() end
+
+local function hex(n)
+  local t = {}
+  for i = 1, n do t[i] = string.format("%x", math.random(0, 15)) end
+  return table.concat(t)
+end
+
+-- Start an exec on a hijacked connection (HTTP upgrade to a raw stream):
+-- its output arrives multiplexed, and what we write is the command's stdin.
+function hijack(eid, op)
+  local ep = connect()
+  local s, err, code
+  if ep.socket then
+    s, err, code = stream.connect{ unix = ep.socket, timeout = 10 }
+  else
+    local host, port = ep.base:match("^http://%[?([^%]/]-)%]?:(%d+)$")
+    s, err, code = stream.connect{ host = host or ep.base:sub(8), port = port or "2375", timeout = 10 }
+  end
+  if not s then fail("SandboxExecutionError", op .. ": " .. why_unreachable(ep, err, code), { op = op }) end
+  local body = '{"Detach":false,"Tty":false}'
+  local ok, werr = s:write("POST " .. ep.prefix .. "/exec/" .. eid .. "/start HTTP/1.1\r\n"
+    .. "Host: docker\r\nContent-Type: application/json\r\nConnection: Upgrade\r\n"
+    .. "Upgrade: tcp\r\nContent-Length: " .. #body .. "\r\n\r\n" .. body)
+  local head = ""
+  while ok and not head:find("\r\n\r\n", 1, true) and #head < 65536 do
+    local chunk, rerr = s:read(30)
+    if not chunk then ok, werr = false, rerr or "the engine closed the connection" break end
+    head = head .. chunk
+  end
+  local i = head:find("\r\n\r\n", 1, true)
+  local status = tonumber(head:match("^HTTP/1%.%d (%d%d%d)") or "")
+  if not ok or not i or not status then
+    s:close()
+    fail("SandboxExecutionError", op .. ": starting the command failed: " .. tostring(werr or "bad answer"), { op = op })
+  end
+  local rest = head:sub(i + 4)
+  if status ~= 101 and status ~= 200 then
+    s:close()
+    local msg = (json.decode(rest) or {}).message or rest
+    fail(status == 404 and "SandboxNotFoundError" or "SandboxExecutionError", op .. ": " .. msg, { op = op })
+  end
+  return s, rest
+end
+
+---Start a command through sbx-agent. req: argv, env, cwd, stdin, keep_stdin,
+---timeout, max_output, stream.
+function M.spawn(h, req)
+  local nonce = hex(16)
+  local pidfile = M.RUNDIR .. "/" .. nonce .. ".pid"
+  local cmd = { M.AGENT, "run", "--pidfile", pidfile, "--stdin", "-",
+                "--cwd", paths.resolve(M.WORKDIR, req.cwd or M.WORKDIR, "exec") }
+  if req.timeout then
+    cmd[#cmd + 1] = "--timeout"
+    cmd[#cmd + 1] = string.format("%.3f", req.timeout)
+  end
+  cmd[#cmd + 1] = "--"
+  for _, a in ipairs(req.argv) do cmd[#cmd + 1] = a end
+  local res = api("POST", "/containers/" .. q(h.cid) .. "/exec", { 201 }, { op = "exec",
+    body = { AttachStdout = true, AttachStderr = true, AttachStdin = true, Tty = false,
+             Cmd = cmd, Env = (req.env and #req.env > 0) and req.env or nil },
+    conflict = "SandboxNotFoundError" })
+  local eid = res.json.Id
+  local e = setmetatable({
+    h = h, eid = eid, pidfile = pidfile, argv0 = req.argv[1], cwd = req.cwd,
+    max = req.max_output or 1048576, streaming = req.stream,
+    out = {}, outn = 0, err = {}, errn = 0, truncated = false, held = "",
+    queue = {}, qhead = 1, qtail = 0, d = demux.new(), start = loop.now(),
+  }, Exec)
+  e.s, e.pending = hijack(eid, "exec")
+  local ok, info = pcall(api, "GET", "/exec/" .. eid .. "/json", { 200 }, { op = "exec" })
+  e.pid = ok and info.json and math.tointeger(info.json.Pid) or nil
+  if req.stdin then
+    -- written by a task of its own: a command that answers while it reads
+    -- must not deadlock against us
+    e.writer = loop.spawn(function()
+      if #req.stdin > 0 then e.s:write(req.stdin) end
+      e.s:shutdown()
+    end)
+  elseif not req.keep_stdin then
+    e.s:shutdown()
+  end
+  return e
+end
+
+function Exec:_capture(which, data)
+  local buf, n = which == 1 and self.out or self.err, which == 1 and self.outn or self.errn
+  local room = self.max - n
+  if #data > room then
+    self.truncated = true
+    data = data:sub(1, room)
+  end
+  if #data > 0 then
+    buf[#buf + 1] = data
+    if which == 1 then self.outn = n + #data else self.errn = n + #data end
+  end
+end
+
+function Exec:_deliver(which, data)
+  if #data == 0 then return end
+  self:_capture(which, data)
+  if self.streaming then
+    self.qtail = self.qtail + 1
+    self.queue[self.qtail] = { which == 1 and "stdout" or "stderr", data }
+  end
+end
+
+-- The agent's status record is the last bytes of stderr: hold back a tail.
+local HOLD = 64
+
+function Exec:_take(f)
+  if f.stream == 1 then return self:_deliver(1, f.data) end
+  local s = self.held .. f.data
+  if #s > HOLD then
+    self:_deliver(2, s:sub(1, -HOLD - 1))
+    s = s:sub(-HOLD)
+  end
+  self.held = s
+end
+
+function Exec:_finish()
+  if self.status then return end
+  self.duration = loop.now() - self.start
+  local i, kind, n = self.held:match("()%zSBXAGENT1 (%a+) (%-?%d+)\n$")
+  if i then
+    self:_deliver(2, self.held:sub(1, i - 1))
+    self.status = { kind = kind, n = tonumber(n) }
+  else
+    self:_deliver(2, self.held)
+    self.status = { kind = "lost" }
+  end
+  self.held = ""
+end
+
+-- Read one chunk from the engine; false at the end.
+function Exec:_pump()
+  if self.eof then return false end
+  local chunk, msg = self.pending, nil
+  self.pending = nil
+  if not chunk or chunk == "" then chunk, msg = self.s:read() end
+  if not chunk then
+    self.eof = true
+    self.failure = msg
+    self.s:close()
+    local ok, ferr = self.d:finish()
+    if not ok and not msg then self.failure = ferr end
+    self:_finish()
+    return false
+  end
+  local frames, ferr = self.d:feed(chunk)
+  if not frames then
+    self.eof, self.failure = true, ferr
+    self.s:close()
+    self:_finish()
+    return false
+  end
+  for _, f in ipairs(frames) do self:_take(f) end
+  return true
+end
+
+-- If the caller is cancelled (or errors) mid-wait, the command must die too.
+function Exec:_guard(fn)
+  local ok, err = pcall(fn)
+  if not ok then
+    pcall(self.kill, self)
+    self.s:close()
+    error(err, 0)
+  end
+end
+
+function Exec:read()
+  self:_guard(function()
+    while self.qhead > self.qtail and self:_pump() do end
+  end)
+  local item = self.queue[self.qhead]
+  if not item then return nil end
+  self.queue[self.qhead] = nil
+  self.qhead = self.qhead + 1
+  return item[1], item[2]
+end
+
+function Exec:wait()
+  self.streaming = false
+  self:_guard(function() while self:_pump() do end end)
+  local st = self.status
+  local r = { stdout = table.concat(self.out), stderr = table.concat(self.err),
+              truncated = self.truncated, timed_out = false,
+              duration_ms = math.floor(self.duration * 1000 + 0.5) }
+  if st.kind == "exit" then
+    r.exit_code = st.n
+  elseif st.kind == "signal" then
+    r.signal = SIGNAMES[st.n] or ("SIG" .. st.n)
+  elseif st.kind == "timeout" or (st.kind == "killed" and self.expired) then
+    r.timed_out, r.signal = true, "SIGKILL"
+  elseif st.kind == "killed" then
+    r.signal = "SIGKILL"
+  elseif st.kind == "noexec" then
+    fail("SandboxExecutionError", "spawn: " .. self.argv0 .. ": " .. (STRERROR[st.n] or ("errno " .. st.n)),
+         { op = "exec", code = st.n == 2 and "ENOENT" or "EEXEC" })
+  elseif st.kind == "nocwd" then
+    fail(st.n == 2 and "FileNotFoundError" or "PathError",
+         "cwd " .. tostring(self.cwd) .. ": " .. (STRERROR[st.n] or ("errno " .. st.n)), { op = "exec" })
+  else
+    fail("SandboxExecutionError", "exec: the command's supervisor ended without a status"
+         .. (self.failure and (" (" .. self.failure .. ")") or "") .. "; the container may have stopped",
+         { op = "exec" })
+  end
+  return r
+end
+
+function Exec:running() return not self.eof end
+
+function Exec:kill()
+  if self.eof or self.killing then return end
+  self.killing = true
+  local ok, err = pcall(agent, self.h, { "kill", self.pidfile }, "kill")
+  self.killing = false
+  if not ok then error(err, 0) end
+end
+
+function Exec:expire()
+  self.expired = true
+  self:kill()
+end
+
+function Exec:write(data)
+  if self.eof or self.stdin_closed then return nil, "write: stdin is closed", "EPIPE" end
+  return self.s:write(data)
+end
+
+function Exec:close_stdin()
+  if not self.stdin_closed and not self.eof then
+    self.stdin_closed = true
+    self.s:shutdown()
+  end
+end
+
+function Exec:close()
+  if not self.eof then
+    pcall(self.kill, self)
+    self.eof = true
+    self.s:close()
+  end
+  if self.writer then self.writer:cancel() end
+end
+
+-- ---------------------------------------------------------------- files
+
+local function abs(path, op) return paths.resolve(M.WORKDIR, path, op) end
+
+function M.write_file(h, path, data)
+  local p = abs(path, "write_file")
+  if p == "/" then fail("PathError", "write_file: / is a directory", { op = "write_file" }) end
+  local archive, err = tar.pack({ { path = p:sub(2), data = data, mode = tonumber("644", 8) } },
+                                { parents = false })
+  if not archive then fail("PathError", "write_file: " .. err, { op = "write_file" }) end
+  api("PUT", "/containers/" .. q(h.cid) .. "/archive?path=/", { 200 },
+      { op = "write_file", body = archive, headers = { ["Content-Type"] = "application/x-tar" },
+        bad_request = "PathError", timeout = 300 })
+end
+
+function M.read_file(h, path, max)
+  local p = abs(path, "read_file")
+  max = max or 256 * 1024 * 1024
+  local res = api("GET", "/containers/" .. q(h.cid) .. "/archive?path=" .. q(p), { 200 },
+                  { op = "read_file", not_found = "FileNotFoundError", bad_request = "PathError",
+                    max_body = max + 1024 * 1024, timeout = 300 })
+  if res.truncated then
+    fail("SandboxExecutionError", "read_file: " .. p .. " is larger than the cap of " .. max .. " bytes",
+         { op = "read_file", code = "ETOOBIG" })
+  end
+  local data, err, code = tar.read_one(res.body, { max_bytes = max })
+  if not data then
+    if code == "EISDIR" then fail("PathError", "read_file: " .. p .. " is a directory", { op = "read_file" }) end
+    if code == "ETOOBIG" then fail("SandboxExecutionError", "read_file: " .. err, { op = "read_file", code = code }) end
+    fail("PathError", "read_file: " .. p .. ": " .. tostring(err), { op = "read_file", code = code })
+  end
+  return data
+end
+
+function M.list_files(h, path)
+  local p = abs(path, "list_files")
+  local out, err, code = agent(h, { "ls", p }, "list_files")
+  if code == 3 then fail("FileNotFoundError", "list_files: " .. p .. ": No such file or directory", { op = "list_files" }) end
+  if code == 4 then fail("PathError", "list_files: " .. p .. ": Not a directory", { op = "list_files" }) end
+  if code ~= 0 then fail("SandboxExecutionError", "list_files: " .. err, { op = "list_files" }) end
+  local list, fields = {}, {}
+  for field in out:gmatch("([^%z]*)%z") do
+    fields[#fields + 1] = field
+    if #fields == 4 then
+      local name = fields[4]
+      local prefix = path == "" and "" or (path:sub(-1) == "/" and path or path .. "/")
+      list[#list + 1] = { name = name, path = prefix .. name, type = fields[1], is_dir = fields[1] == "dir",
+                          size = math.tointeger(tonumber(fields[2])), mtime = math.tointeger(tonumber(fields[3])) }
+      fields = {}
+    end
+  end
+  table.sort(list, function(a, b) return a.name < b.name end)
+  return list
+end
+
+function M.mkdir(h, path)
+  local p = abs(path, "mkdir")
+  local _, err, code = agent(h, { "mkdir", p }, "mkdir")
+  if code == 4 then fail("PathError", "mkdir: " .. err, { op = "mkdir" }) end
+  if code ~= 0 then fail("SandboxExecutionError", "mkdir: " .. err, { op = "mkdir" }) end
+end
+
+function M.remove(h, path, recursive)
+  local p = abs(path, "remove")
+  if p == "/" then fail("PathError", "remove: refusing to remove /", { op = "remove" }) end
+  local args = recursive and { "rm", "-r", p } or { "rm", p }
+  local _, err, code = agent(h, args, "remove")
+  if code == 3 then fail("FileNotFoundError", "remove: " .. p .. ": No such file or directory", { op = "remove" }) end
+  if code == 4 then fail("PathError", "remove: " .. p .. ": directory not empty", { op = "remove" }) end
+  if code ~= 0 then fail("SandboxExecutionError", "remove: " .. err, { op = "remove" }) end
+end
+
+return M

@@ -1,0 +1,187 @@
+-- What only the docker backend does: the hardened create payload, limits,
+-- network off, snapshots, image errors, the escape hatch, an unreachable
+-- engine, and gc after SIGKILL. Real engine, real containers.
+local sbx = require "sbx"
+local http = require "sbx.http"
+local proc = require "sbx.proc"
+local loop = require "sbx.loop"
+local fs = require "sbx.fs"
+local json = require "cjson"
+local docker = require "sbx.backends.docker"
+
+local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
+local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
+local SOCK = "/var/run/docker.sock"
+
+local ok, why = docker.available()
+if not ok then
+  assert(os.getenv("SBX_REQUIRE_DOCKER") ~= "1", "docker is required here but unavailable: " .. tostring(why))
+  describe("docker backend", function() pending("docker unavailable: " .. tostring(why)) end)
+  return
+end
+
+local function engine(method, path)
+  local r = assert(http.request{ url = "http://docker/v1.41" .. path, unix_socket = SOCK, method = method })
+  return r.status, json.decode(r.body ~= "" and r.body or "null")
+end
+
+local function container_of(sb) return sb:session_state().state.container end
+
+local function containers_labelled(label)
+  local filters = http.escape(json.encode{ label = { label } })
+  local _, list = engine("GET", "/containers/json?all=true&filters=" .. filters)
+  return list
+end
+
+local function kind_of(fn)
+  local okk, err = pcall(fn)
+  assert.is_false(okk, "expected an error")
+  return type(err) == "table" and err.kind or tostring(err), err
+end
+
+local STATE = (os.getenv("SBX_STATE_DIR") or "/tmp") .. "/docker-spec-" .. proc.getpid()
+
+local function sbxlua(args, extra_env)
+  local argv = { BIN }
+  for _, a in ipairs(args) do argv[#argv + 1] = a end
+  local env = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" .. STATE, "SBX_STATE_DIR=" .. STATE,
+                "SBX_TEST_IMAGE=" .. IMAGE }
+  for _, e in ipairs(extra_env or {}) do env[#env + 1] = e end
+  return assert(proc.spawn{ argv = argv, env = env, timeout = 120, stream = true })
+end
+
+describe("docker backend", function()
+  it("creates hardened, labelled containers (G1)", function()
+    local sb <close> = sbx.sandbox("docker", { image = IMAGE, cpu = 1.5, memory_mb = 300,
+                                               labels = { run = "42" } })
+    local _, c = engine("GET", "/containers/" .. container_of(sb) .. "/json")
+    local hc = c.HostConfig
+    assert.same({ "ALL" }, hc.CapDrop)
+    assert.same(docker.CAPS, hc.CapAdd)
+    assert.same({ "no-new-privileges" }, hc.SecurityOpt)
+    assert.equal(docker.DEFAULTS.pids, hc.PidsLimit)
+    assert.equal(300 * 1024 * 1024, hc.Memory)
+    assert.equal(hc.Memory, hc.MemorySwap)
+    assert.equal(1.5e9, hc.NanoCpus)
+    assert.is_true(hc.Init)
+    assert.equal("json-file", hc.LogConfig.Type)
+    assert.equal("1m", hc.LogConfig.Config["max-size"])
+    local l = c.Config.Labels
+    assert.equal("42", l.run)
+    assert.equal(sb.id, l["sbxlua.id"])
+    for _, k in ipairs{ "sbxlua.host", "sbxlua.session", "sbxlua.created", "sbxlua.ttl", "sbxlua.lock" } do
+      assert.is_string(l[k], k)
+    end
+    assert.equal("3600", l["sbxlua.ttl"])
+    -- inside: no capabilities beyond the profile, no new privileges
+    local r = sb:execute_command("sh", { "-c", "grep -E '^(CapEff|NoNewPrivs)' /proc/self/status" })
+    assert.matches("NoNewPrivs:%s+1", r.stdout)
+    assert.not_matches("CapEff:%s+000001ffffffffff", r.stdout)
+  end)
+
+  it("turns the network off when allow_internet = false", function()
+    local sb <close> = sbx.sandbox("docker", { image = IMAGE, allow_internet = false })
+    local _, c = engine("GET", "/containers/" .. container_of(sb) .. "/json")
+    assert.equal("none", c.HostConfig.NetworkMode)
+    assert.equal("lo\n", sb:execute_command("ls", { "/sys/class/net" }).stdout)
+  end)
+
+  it("merges backend_options into the create call", function()
+    local sb <close> = sbx.sandbox("docker", { image = IMAGE,
+      backend_options = { HostConfig = { ShmSize = 32 * 1024 * 1024 }, Hostname = "sbxspec" } })
+    local _, c = engine("GET", "/containers/" .. container_of(sb) .. "/json")
+    assert.equal(32 * 1024 * 1024, c.HostConfig.ShmSize)
+    assert.same({ "ALL" }, c.HostConfig.CapDrop)      -- the rest of HostConfig stays
+    assert.equal("sbxspec\n", sb:execute_command("hostname").stdout)
+  end)
+
+  it("snapshots and restores", function()
+    local snap
+    do
+      local sb <close> = sbx.sandbox("docker", { image = IMAGE })
+      sb:write_file("state.txt", "before snapshot")
+      snap = sb:snapshot()
+      assert.is_string(snap.snapshot_id)
+    end
+    local again <close> = sbx.sandbox("docker", { snapshot_id = snap.snapshot_id })
+    assert.equal("before snapshot", again:read_file("state.txt"))
+    assert.equal("ok\n", again:execute_command("echo ok").stdout)
+    again:destroy()
+    local status = engine("DELETE", "/images/" .. snap.snapshot_id .. "?force=true")
+    assert.equal(200, status)
+    assert.equal("SandboxCreationError",
+                 kind_of(function() sbx.sandbox("docker", { snapshot_id = snap.snapshot_id }) end))
+  end)
+
+  it("a missing image is SandboxCreationError naming it, with nothing left behind", function()
+    local kind, err = kind_of(function()
+      sbx.sandbox("docker", { image = "sbxlua-no-such-image:never" })
+    end)
+    assert.equal("SandboxCreationError", kind)
+    assert.matches("sbxlua%-no%-such%-image:never", err.message)
+    -- this session's containers: none left by the failed create
+    local mine = containers_labelled("sbxlua.session=" .. require("sbx.owner").session_id())
+    assert.equal(0, #mine)
+  end)
+
+  it("honours env_vars and runs in /workspace", function()
+    local sb <close> = sbx.sandbox("docker", { image = IMAGE, env_vars = { GREETING = "hi" } })
+    assert.equal("hi /workspace\n", sb:execute_command("sh", { "-c", "echo $GREETING $PWD" }).stdout)
+    assert.equal("/workspace", sb.workdir)
+  end)
+
+  it("destroy removes the container", function()
+    local sb = sbx.sandbox("docker", { image = IMAGE })
+    local cid = container_of(sb)
+    sb:destroy()
+    assert.equal(404, (engine("GET", "/containers/" .. cid .. "/json")))
+    assert.is_false(sb:is_alive())
+  end)
+
+  it("reports an unreachable engine with the reason, as unavailable", function()
+    local p = sbxlua({ "providers", "--json" }, { "DOCKER_HOST=unix:///nonexistent/docker.sock" })
+    local r = p:wait()
+    local d = json.decode(r.stdout).docker
+    assert.is_false(d.available)
+    assert.matches("no Docker socket at /nonexistent/docker.sock", d.reason)
+    p = sbxlua({ "-e", "sbx.sandbox('docker')" }, { "DOCKER_HOST=unix:///nonexistent/docker.sock" })
+    r = p:wait()
+    assert.equal(1, r.exit_code)
+    assert.matches("BackendNotInstalledError", r.stderr)
+    p = sbxlua({ "-e", "sbx.sandbox('docker')" }, { "DOCKER_HOST=tcp://127.0.0.1:1" })
+    r = p:wait()
+    assert.matches("not running", r.stderr)
+  end)
+
+  it("gc removes the containers of a SIGKILLed sbxlua, and only those", function()
+    local keep <close> = sbx.sandbox("docker", { image = IMAGE })  -- a live session's
+    os.execute("mkdir -p " .. STATE)
+    local job = STATE .. "/killed.lua"
+    local f = io.open(job, "w")
+    f:write([[
+      local a = sbx.sandbox("docker", { image = os.getenv("SBX_TEST_IMAGE") })
+      local b = sbx.sandbox("docker", { image = os.getenv("SBX_TEST_IMAGE") })
+      print("ready " .. a.id .. " " .. b.id) io.stdout:flush()
+      sbx.sleep(300)
+    ]])
+    f:close()
+    local p = sbxlua({ job })
+    local out = ""
+    while not out:find("ready [^\n]+\n") do
+      local which, chunk = p:read()
+      assert(which, "the job ended early")
+      if which == "stdout" then out = out .. chunk end
+    end
+    os.execute("kill -9 " .. p.pid)
+    p:wait()
+    local a, b = out:match("ready (%S+) (%S+)")
+    assert.equal(1, #containers_labelled("sbxlua.id=" .. a))
+    local r = sbxlua({ "gc" }):wait()
+    assert.equal(0, r.exit_code, r.stderr)
+    assert.matches("destroyed 2 sandboxes", r.stdout)
+    assert.equal(0, #containers_labelled("sbxlua.id=" .. a))
+    assert.equal(0, #containers_labelled("sbxlua.id=" .. b))
+    assert.is_true(keep:is_alive())
+    fs.rmtree(STATE)
+  end)
+end)

@@ -67,9 +67,8 @@ static void stream_release(stream *s) {
   s->closed = 1;
   sbx_watch_stop(s->lp, &s->w);
   sbx_timer_stop(s->lp, &s->tm);
-  if (s->rw) sbx_unwait(s->lp, s->rw);
-  if (s->ww) sbx_unwait(s->lp, s->ww);
-  s->rw = s->ww = NULL;
+  wake(s, &s->rw);                 /* waiters see the close and fail */
+  wake(s, &s->ww);
   if (s->fd >= 0) close(s->fd);
   s->fd = -1;
 }

@@ -1,20 +1,32 @@
 #!/usr/bin/env bash
 # Builds the local test image sbxlua-test:bookworm (Debian 12 minbase with
 # python3, git, procps) without any container registry: debootstrap from
-# Debian's mirror, then `docker import`. Idempotent: an existing image is kept
-# unless --force is given.
+# Debian's mirror, then `docker import`. Idempotent: an existing image is
+# kept unless --force is given, and the root filesystem is cached as a
+# tarball ($SBX_IMAGE_CACHE, default /var/cache/sbxlua) so a machine whose
+# engine lost its images re-imports in seconds instead of re-bootstrapping.
+#
+# Users: run `images/test/dockerd.sh && images/test/build.sh` as root, then
+# `./dev test` (or SBX_TEST_IMAGE=another:image to test against your own).
 set -euo pipefail
 IMAGE=${SBX_TEST_IMAGE:-sbxlua-test:bookworm}
 MIRROR=${SBX_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+CACHE=${SBX_IMAGE_CACHE:-/var/cache/sbxlua}
+tarball=$CACHE/bookworm-minbase-rootfs.tar
 if [ "${1:-}" != "--force" ] && docker image inspect "$IMAGE" >/dev/null 2>&1; then
   echo "image $IMAGE already present"
   exit 0
 fi
-root=$(mktemp -d /tmp/sbxlua-rootfs.XXXXXX)
-trap 'rm -rf "$root"' EXIT
-debootstrap --variant=minbase --include=python3,git,procps bookworm "$root" "$MIRROR" >/dev/null
-rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
-tar -C "$root" -c . | docker import \
+if [ "${1:-}" = "--force" ] || [ ! -s "$tarball" ]; then
+  root=$(mktemp -d /tmp/sbxlua-rootfs.XXXXXX)
+  trap 'rm -rf "$root"' EXIT
+  debootstrap --variant=minbase --include=python3,git,procps bookworm "$root" "$MIRROR" >/dev/null
+  rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+  mkdir -p "$CACHE"
+  tar -C "$root" -cf "$tarball.tmp" .
+  mv "$tarball.tmp" "$tarball"
+fi
+docker import \
   --change 'CMD ["/bin/sh"]' --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-  - "$IMAGE" >/dev/null
+  "$tarball" "$IMAGE" >/dev/null
 echo "built $IMAGE"

@@ -1,0 +1,109 @@
+-- The Docker engine going away mid-job: clear errors, no hang, and gc
+-- cleans up afterwards. The "engine" the job talks to is a relay to the real
+-- one that this spec can cut at any moment.
+local stream = require "sbx.stream"
+local proc = require "sbx.proc"
+local loop = require "sbx.loop"
+local fs = require "sbx.fs"
+local json = require "cjson"
+local http = require "sbx.http"
+local docker = require "sbx.backends.docker"
+
+local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
+local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
+
+local ok, why = docker.available()
+if not ok then
+  assert(os.getenv("SBX_REQUIRE_DOCKER") ~= "1", "docker is required here but unavailable: " .. tostring(why))
+  describe("docker outage", function() pending("docker unavailable: " .. tostring(why)) end)
+  return
+end
+
+local dir = assert(fs.mkdtemp("/tmp", "sbxoutage"))
+
+-- A unix-socket relay to the engine; cut() drops every connection and stops
+-- listening, which is what a stopped daemon looks like to a client.
+local function relay(path)
+  local l = assert(stream.listen{ unix = path })
+  local conns, stopped = {}, false
+  local function pipe(a, b)
+    while true do
+      local chunk = a:read()
+      if not chunk or not b:write(chunk) then break end
+    end
+    pcall(b.shutdown, b)
+  end
+  loop.spawn(function()
+    while not stopped do
+      local c = l:accept()
+      if not c then break end
+      local up = assert(stream.connect{ unix = "/var/run/docker.sock" })
+      conns[#conns + 1] = c
+      conns[#conns + 1] = up
+      loop.spawn(pipe, c, up)
+      loop.spawn(pipe, up, c)
+    end
+  end)
+  return function()
+    stopped = true
+    l:close()
+    os.remove(path)
+    for _, c in ipairs(conns) do c:close() end
+  end
+end
+
+local function job(code, sock)
+  local path = dir .. "/job" .. math.random(1e9) .. ".lua"
+  local f = io.open(path, "w") f:write(code) f:close()
+  return assert(proc.spawn{ argv = { BIN, path }, stream = true, timeout = 120,
+    env = { "PATH=/usr/bin:/bin", "HOME=" .. dir, "SBX_STATE_DIR=" .. dir .. "/state",
+            "DOCKER_HOST=unix://" .. sock, "SBX_TEST_IMAGE=" .. IMAGE } })
+end
+
+local function wait_for(p, pattern)
+  local out = ""
+  while not out:find(pattern) do
+    local which, chunk = p:read()
+    assert(which, "the job ended before printing " .. pattern .. ": " .. out)
+    if which == "stdout" then out = out .. chunk end
+  end
+end
+
+describe("docker outage", function()
+  teardown(function() fs.rmtree(dir) end)
+
+  it("the engine vanishing during a command gives a clear error, no hang, and gc cleans up", function()
+    local sock = dir .. "/engine1.sock"
+    local cut = relay(sock)
+    local p = job([[
+      local sb = sbx.sandbox("docker", { image = os.getenv("SBX_TEST_IMAGE") })
+      print("ready") io.stdout:flush()
+      sb:execute_command("sleep", { "60" })
+    ]], sock)
+    wait_for(p, "ready\n")
+    loop.sleep(0.5)
+    local t0 = loop.now()
+    cut()
+    local r = p:wait()
+    assert.is_true(loop.now() - t0 < 30, "the job hung after the engine went away")
+    assert.equal(1, r.exit_code)
+    assert.matches("SandboxExecutionError", r.stderr)
+    -- the engine is back (the relay is gone, the real socket never was):
+    -- gc from the same state directory removes what the job could not
+    local g = assert(proc.spawn{ argv = { BIN, "gc" }, timeout = 120,
+      env = { "PATH=/usr/bin:/bin", "HOME=" .. dir, "SBX_STATE_DIR=" .. dir .. "/state" } }):wait()
+    assert.equal(0, g.exit_code, g.stderr)
+    assert.matches("destroyed 1 sandboxes", g.stdout)
+  end)
+
+  it("an engine that is gone before create is BackendNotInstalledError at once", function()
+    local sock = dir .. "/engine2.sock"
+    local cut = relay(sock)
+    cut()
+    local t0 = loop.now()
+    local r = job([[ sbx.sandbox("docker", { image = os.getenv("SBX_TEST_IMAGE") }) ]], sock):wait()
+    assert.equal(1, r.exit_code)
+    assert.matches("BackendNotInstalledError: docker: no Docker socket", r.stderr)
+    assert.is_true(loop.now() - t0 < 10)
+  end)
+end)

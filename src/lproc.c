@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -703,6 +704,27 @@ static const luaL_Reg proc_methods[] = {
   {NULL, NULL}
 };
 
+/* proc.random_hex(n) -> n hex digits from the kernel's random pool (ids
+** must not repeat across processes started in the same instant) */
+static int proc_random_hex(lua_State *L) {
+  static const char digits[] = "0123456789abcdef";
+  unsigned char raw[64];
+  char out[128];
+  lua_Integer n = luaL_checkinteger(L, 1);
+  luaL_argcheck(L, n > 0 && n <= 128, 1, "between 1 and 128 digits");
+  size_t bytes = (size_t)(n + 1) / 2, got = 0;
+  while (got < bytes) {
+    ssize_t r = getrandom(raw + got, bytes - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return luaL_error(L, "getrandom: %s", strerror(errno));
+    got += (size_t)r;
+  }
+  for (lua_Integer i = 0; i < n; i++)
+    out[i] = digits[(raw[i / 2] >> (i % 2 ? 0 : 4)) & 15];
+  lua_pushlstring(L, out, (size_t)n);
+  return 1;
+}
+
 /* proc.getpid() -> sbxlua's own pid */
 static int proc_getpid(lua_State *L) {
   lua_pushinteger(L, getpid());
@@ -711,6 +733,7 @@ static int proc_getpid(lua_State *L) {
 
 static const luaL_Reg proc_funcs[] = {
   {"getpid", proc_getpid},
+  {"random_hex", proc_random_hex},
   {"spawn", proc_spawn},
   {"which", proc_which},
   {NULL, NULL}

@@ -33,11 +33,7 @@ function M.hostname()
   return (h:gsub("%s+$", ""):gsub("[^%w%-%.]", "_"))
 end
 
-local function hex(n)
-  local t = {}
-  for i = 1, n do t[i] = string.format("%x", math.random(0, 15)) end
-  return table.concat(t)
-end
+local hex = proc.random_hex
 
 function M.new_id() return "sbx-" .. hex(12) end
 

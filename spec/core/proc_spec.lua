@@ -250,6 +250,24 @@ describe("sbx.proc", function()
     assert.matches("sbx.Proc", tostring(p))
   end)
 
+  it("random_hex() gives fresh ids from the kernel, even across processes started together", function()
+    local a, b = proc.random_hex(12), proc.random_hex(12)
+    assert.matches("^%x+$", a)
+    assert.equal(12, #a)
+    assert.not_equal(a, b)
+    assert.equal(7, #proc.random_hex(7))
+    assert.has_error(function() proc.random_hex(0) end)
+    local bin = os.getenv("SBX_BIN") or "build/sbxlua"
+    local f = io.popen(("for i in 1 2 3 4; do %s -e 'print(require(\"sbx.proc\").random_hex(16))' & done; wait"):format(bin))
+    local seen, n = {}, 0
+    for line in f:lines() do
+      assert.is_nil(seen[line])
+      seen[line], n = true, n + 1
+    end
+    f:close()
+    assert.equal(4, n)
+  end)
+
   it("which() searches a given PATH", function()
     assert.equal("/bin/sh", proc.which("sh", "/bin"))
     assert.is_nil(proc.which("sh", "/nonexistent"))

@@ -61,11 +61,11 @@ local function job(code, sock)
 end
 
 local function wait_for(p, pattern)
-  local out = ""
+  local out, err = "", ""
   while not out:find(pattern) do
     local which, chunk = p:read()
-    assert(which, "the job ended before printing " .. pattern .. ": " .. out)
-    if which == "stdout" then out = out .. chunk end
+    assert(which, "the job ended before printing " .. pattern .. ": " .. out .. err)
+    if which == "stdout" then out = out .. chunk else err = err .. chunk end
   end
 end
 

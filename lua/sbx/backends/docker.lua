@@ -370,11 +370,7 @@ local Exec = {}
 Exec.__index = Exec
 Exec.__close = function(e) e:close() end
 
-local function hex(n)
-  local t = {}
-  for i = 1, n do t[i] = string.format("%x", math.random(0, 15)) end
-  return table.concat(t)
-end
+local hex = require("sbx.proc").random_hex
 
 -- Start an exec on a hijacked connection (HTTP upgrade to a raw stream):
 -- its output arrives multiplexed, and what we write is the command's stdin.

@@ -8,13 +8,13 @@
 --       create body (labels replaced by sbxbench=1) and the agent archive there
 --       (create.json, agent.tar) for engine_floor's "as sbxlua" create.
 -- Image: $SBX_BENCH_IMAGE (default sbxlua-test:bookworm). Every sandbox is
--- labelled sbxbench=1 so bench/docker.sh can remove leftovers.
+-- labelled sbxbench=$SBX_BENCH_RUN (default 1) so bench/docker.sh can remove leftovers.
 -- Output: one "s <ms>" line per sample, then "p50 X p90 X mean X min X n N"
 -- (concurrent: "ok <bool> wall_ms <ms> cmds <n> vmhwm_kb <kB>").
 local B = dofile((arg[0]:match("^(.*)/") or ".") .. "/common.lua")
 local mode, n = arg[1], tonumber(arg[2]) or 20
 local IMAGE = os.getenv("SBX_BENCH_IMAGE") or "sbxlua-test:bookworm"
-local OPTS = { image = IMAGE, labels = { sbxbench = "1" } }
+local OPTS = { image = IMAGE, labels = { sbxbench = os.getenv("SBX_BENCH_RUN") or "1" } }
 local DATA = ("abcdefghijklmnopqrstuvwxyz"):rep(40):sub(1, 1024)
 
 local function samples(t)
@@ -84,7 +84,7 @@ elseif mode == "trace" then
     if log then log[#log + 1] = { name, (B.now() - t0) * 1e3, o.body and #o.body or 0 } end
     if dir and name == "POST /containers/create" then
       local body = json.decode(o.body)
-      body.Labels = { sbxbench = "1" }
+      body.Labels = { sbxbench = OPTS.labels.sbxbench }
       local f = assert(io.open(dir .. "/create.json", "w"))
       f:write(json.encode(body))
       f:close()
@@ -164,7 +164,12 @@ elseif mode == "trace" then
   for _, op in ipairs(order) do
     local o = ops[op]
     local nops = #o.totals
-    print(string.format("%-30s p50 %8.2f ms  (%d ops)", op, B.stats(o.totals).p50, nops))
+    local reqs = 0          -- Engine round trips: HTTP requests + hijacked exec starts
+    for k, c in pairs(o.count) do
+      if (k:match("^%u+ /") and not k:find("hijacked", 1, true)) or k:match("^connect") then reqs = reqs + c end
+    end
+    print(string.format("%-30s p50 %8.2f ms  (%d ops, %.2f Engine requests/op)", op, B.stats(o.totals).p50,
+                        nops, reqs / nops))
     local names = o.order
     names[#names + 1] = "(rest: sbxlua, not in an Engine call)"
     for _, k in ipairs(names) do

@@ -8,8 +8,8 @@
  *       N x (POST /containers/create [+ PUT /containers/{id}/archive?path=/ TAR]
  *       + POST /containers/{id}/start); DELETE ?force (not timed).
  *       Without BODY_JSON_FILE the body is {"Image":IMAGE,"Entrypoint":
- *       ["sleep","infinity"],"Labels":{"sbxbench":"1"}}; a file's body is used
- *       as is (IMAGE ignored).
+ *       ["sleep","infinity"],"Labels":{"sbxbench":$SBX_BENCH_RUN}}; a file's
+ *       body is used as is (IMAGE ignored).
  *   engine_floor exec N IMAGE     one container; N x (POST exec {Cmd:["true"]},
  *       POST exec/{id}/start {"Detach":false} read to the end, GET exec/{id}/json)
  *   engine_floor rw N IMAGE       one container; N x (PUT archive of a 1 KiB
@@ -17,7 +17,8 @@
  *
  * Output (stdout): one "s <ms>" line per timed sample, then
  * "p50 X p90 X mean X min X n N". Per-call p50s go to stderr.
- * Containers are named sbxbench-floor-<pid>-<i> and labelled sbxbench=1.
+ * Containers are named sbxbench-floor-<pid>-<i> and labelled
+ * sbxbench=$SBX_BENCH_RUN (default 1).
  * Environment: DOCKER_SOCK (default /var/run/docker.sock), API (default v1.41),
  * WARM (warm-up iterations, not reported; default 1 for create, 10 otherwise).
  */
@@ -145,7 +146,8 @@ static void report(FILE *out, const char *prefix, double *t, int n) {
 
 static char *plain_body(const char *image, const char *cmd) {
   char *b = malloc(1024);
-  snprintf(b, 1024, "{\"Image\":\"%s\",\"Entrypoint\":%s,\"Labels\":{\"sbxbench\":\"1\"}}", image, cmd);
+  const char *run = getenv("SBX_BENCH_RUN") ? getenv("SBX_BENCH_RUN") : "1";
+  snprintf(b, 1024, "{\"Image\":\"%s\",\"Entrypoint\":%s,\"Labels\":{\"sbxbench\":\"%s\"}}", image, cmd, run);
   return b;
 }
 

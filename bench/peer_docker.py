@@ -15,7 +15,7 @@ MODE:
 
 IMAGE is $SBX_BENCH_IMAGE (default sbxlua-test:bookworm; present locally, so
 the peer's images.get() finds it and it never pulls). Containers are named
-sbxbench-peer-<pid>-<i> and labelled sbxbench=1 (backend_options, which the
+sbxbench-peer-<pid>-<i> and labelled sbxbench=$SBX_BENCH_RUN (backend_options, which the
 peer merges into containers.run), so bench/docker.sh can remove leftovers.
 Output: "s <ms>" per sample, then "p50 X p90 X mean X min X n N" (ms);
 concurrent: "ok <bool> wall_ms <ms> cmds <n> vmhwm_kb <kB>".
@@ -40,7 +40,7 @@ def create(client):
     with _lock:
         i = next(_seq)
     return client.create(image=IMAGE, backend_options={
-        "name": "sbxbench-peer-%d-%d" % (os.getpid(), i), "labels": {"sbxbench": "1"}})
+        "name": "sbxbench-peer-%d-%d" % (os.getpid(), i), "labels": {"sbxbench": os.environ.get("SBX_BENCH_RUN", "1")}})
 
 
 def report(ts):

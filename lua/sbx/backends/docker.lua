@@ -18,7 +18,7 @@ local paths = require "sbx.paths"
 local M = {}
 
 M.WORKDIR = "/workspace"
-M.AGENT = "/.sbx/sbx-agent"
+M.AGENT = "/.sbx/bin/sbx-agent"
 M.RUNDIR = "/.sbx/run"
 -- The capabilities a container keeps (all others are dropped): enough for
 -- package managers and ordinary tools running as root inside.
@@ -191,6 +191,53 @@ local function pull(image)
   return true
 end
 
+-- The agent reaches containers through a read-only volume filled once per
+-- engine and agent build: uploading it into every container cost an extra
+-- archive call (~50 ms: the engine re-executes itself to chroot for each).
+M.AGENT_DIR = "/.sbx/bin"
+local agent_volume
+
+local function agent_hash(blob)
+  local h = 0xcbf29ce484222325 ~ #blob
+  for i = 1, #blob, 16 do h = ((h ~ blob:byte(i)) * 0x100000001b3) & 0xffffffffffff end
+  return string.format("%012x", h)
+end
+
+---The volume holding this build's sbx-agent, filled through a helper
+---container (created, never started) on first use.
+local function ensure_agent_volume(image)
+  if agent_volume then return agent_volume end
+  local blob = require "sbx.agentbin"
+  local name = "sbxlua-agent-" .. agent_hash(blob)
+  api("POST", "/volumes/create", { 201, 200 }, { op = "create", kind = "SandboxCreationError",
+      body = { Name = name, Labels = { ["sbxlua.agent"] = "1" } } })
+  local res = api("POST", "/containers/create", { 201 }, { op = "create", kind = "SandboxCreationError",
+    not_found = "SandboxCreationError",
+    body = { Image = image, Entrypoint = { "/nonexistent" },
+             Labels = { ["sbxlua.helper"] = "agent-volume", ["sbxlua.host"] = owner.hostname(),
+                        ["sbxlua.session"] = owner.session_id(), ["sbxlua.lock"] = owner.lock_path(),
+                        ["sbxlua.id"] = "agent-helper" },
+             HostConfig = { Mounts = { { Type = "volume", Source = name, Target = M.AGENT_DIR } } } } })
+  local cid = res.json.Id
+  local ok, err = pcall(function()
+    local have = call("HEAD", "/containers/" .. q(cid) .. "/archive?path=" .. q(M.AGENT_DIR .. "/sbx-agent.ok"),
+                      { op = "create", timeout = 60 })
+    if have.status == 200 then return end
+    -- the marker goes last: a volume with the marker holds a whole agent
+    for _, entry in ipairs{ { path = "sbx-agent", data = blob, mode = tonumber("755", 8) },
+                            { path = "sbx-agent.ok", data = "", mode = tonumber("644", 8) } } do
+      local archive = assert(tar.pack({ entry }, { parents = false }))
+      api("PUT", "/containers/" .. q(cid) .. "/archive?path=" .. q(M.AGENT_DIR), { 200 },
+          { op = "create", body = archive, headers = { ["Content-Type"] = "application/x-tar" },
+            kind = "SandboxCreationError" })
+    end
+  end)
+  pcall(call, "DELETE", "/containers/" .. q(cid) .. "?force=true&v=false", { op = "create" })
+  if not ok then error(err, 0) end
+  agent_volume = name
+  return name
+end
+
 local function create_body(spec)
   local mem = math.floor((spec.memory_mb or M.DEFAULTS.memory_mb) * 1024 * 1024)
   local labels = {
@@ -210,6 +257,8 @@ local function create_body(spec)
       NanoCpus = math.floor((spec.cpu or M.DEFAULTS.cpu) * 1e9), Init = true,
       LogConfig = { Type = "json-file", Config = { ["max-size"] = "1m", ["max-file"] = "1" } },
       NetworkMode = spec.allow_internet == false and "none" or nil,
+      Mounts = { { Type = "volume", Source = spec.agent_volume, Target = M.AGENT_DIR, ReadOnly = true } },
+      Tmpfs = { [M.RUNDIR] = "rw,mode=0700,size=65536k" },
     },
   }
   if spec.allow_internet == false then body.NetworkDisabled = true end
@@ -230,33 +279,26 @@ end
 ---@param spec table id, session, ttl, labels, image, cpu, memory_mb, allow_internet, snapshot_id, backend_options
 function M.create(spec)
   connect()
+  local image = spec.snapshot_id or spec.image or M.image or os.getenv("SBX_DOCKER_IMAGE") or "python:3.12-slim"
+  local res0 = call("GET", "/images/" .. q(image) .. "/json", { op = "create", timeout = 30 })
+  if res0.status == 404 and spec.snapshot_id then
+    fail("SandboxCreationError", "snapshot '" .. spec.snapshot_id .. "' does not exist on this engine", { op = "create" })
+  elseif res0.status == 404 then
+    local ok, why = pull(image)
+    if not ok then
+      fail("SandboxCreationError", "image '" .. image .. "' is not available locally and pulling it failed: "
+           .. tostring(why), { op = "create" })
+    end
+  end
+  spec.agent_volume = ensure_agent_volume(image)
   local body = create_body(spec)
   local path = "/containers/create?name=" .. q("sbxlua-" .. spec.id)
   local res = call("POST", path, { op = "create", body = body, timeout = 120 })
-  if res.status == 404 and not spec.snapshot_id then
-    local ok, why = pull(body.Image)
-    if not ok then
-      fail("SandboxCreationError", "image '" .. body.Image .. "' is not available locally and pulling it failed: "
-           .. tostring(why), { op = "create" })
-    end
-    res = call("POST", path, { op = "create", body = body, timeout = 120 })
-  end
-  if res.status == 404 and spec.snapshot_id then
-    fail("SandboxCreationError", "snapshot '" .. spec.snapshot_id .. "' does not exist on this engine", { op = "create" })
-  end
   res = expect(res, { 201 }, { op = "create", kind = "SandboxCreationError",
                                bad_request = "SandboxCreationError", conflict = "SandboxCreationError" })
   local cid = json.decode(res.body).Id
   local h = { cid = cid, id = spec.id, session = spec.session }
   local ok, err = pcall(function()
-    local archive = assert(tar.pack({
-      { path = M.AGENT:sub(2), data = require "sbx.agentbin", mode = tonumber("755", 8) },
-      { path = M.RUNDIR:sub(2), type = "dir", mode = tonumber("700", 8) },
-      { path = M.WORKDIR:sub(2), type = "dir", mode = tonumber("755", 8) },
-    }))
-    api("PUT", "/containers/" .. cid .. "/archive?path=/", { 200 },
-        { op = "create", body = archive, headers = { ["Content-Type"] = "application/x-tar" },
-          kind = "SandboxCreationError" })
     api("POST", "/containers/" .. cid .. "/start", { 204, 304 }, { op = "create", kind = "SandboxCreationError",
         bad_request = "SandboxCreationError", conflict = "SandboxCreationError" })
   end)

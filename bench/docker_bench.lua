@@ -107,7 +107,7 @@ elseif mode == "trace" then
     function proxy.read(_, ...)
       local t1 = B.now()
       local chunk, e1, e2 = s:read(...)
-      local name = in_body and "read output to EOF (hijacked)" or "POST /exec/{id}/start -> 101 (hijacked)"
+      local name = in_body and "read output to EOF (hijacked)" or "POST /exec/{id}/start: until 101 (hijacked)"
       if log then log[#log + 1] = { name, (B.now() - t1) * 1e3, 0 } end
       if not in_body and chunk then
         head = head .. chunk
@@ -173,9 +173,10 @@ elseif mode == "trace" then
     local names = o.order
     names[#names + 1] = "(rest: sbxlua, not in an Engine call)"
     for _, k in ipairs(names) do
-      local per = o.count[k] and string.format("%4.1f/op", o.count[k] / nops) or "       "
+      local per = o.count[k] and string.format(k:find("hijacked", 1, true) and "%4.1f rd" or "%4.1f/op",
+                                               o.count[k] / nops) or "       "
       local bytes = (o.bytes[k] or 0) > 0 and string.format("  body %d B", o.bytes[k]) or ""
-      print(string.format("    %-40s %s p50 %8.2f ms%s", k, per, B.stats(o.calls[k]).p50, bytes))
+      print(string.format("    %-44s %s p50 %8.2f ms%s", k, per, B.stats(o.calls[k]).p50, bytes))
     end
   end
 else

@@ -40,7 +40,8 @@ def create(client):
     with _lock:
         i = next(_seq)
     return client.create(image=IMAGE, backend_options={
-        "name": "sbxbench-peer-%d-%d" % (os.getpid(), i), "labels": {"sbxbench": os.environ.get("SBX_BENCH_RUN", "1")}})
+        "name": "sbxbench-peer-%d-%d" % (os.getpid(), i),
+        "labels": {"sbxbench": os.environ.get("SBX_BENCH_RUN", "1")}})
 
 
 def report(ts):

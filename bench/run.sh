@@ -11,7 +11,10 @@
 #   PYTHON             python for the peer (default: python3 on PATH, resolved past shims)
 #   N_EXEC=500 N_CODE=200 N_START=200 N_SANDBOXES=200 N_CMDS=10
 #   QUICK=1            small N everywhere (smoke test of the script itself)
+#   DOCKER=1           (or the argument --docker) then run bench/docker.sh too: the
+#                      docker backend vs the raw Engine API vs the peer, a second table
 set -uo pipefail
+[ "${1:-}" = --docker ] && DOCKER=1
 BENCH=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$BENCH/.." && pwd)
 N_EXEC=${N_EXEC:-500} N_CODE=${N_CODE:-200} N_START=${N_START:-200}
@@ -195,4 +198,9 @@ if [ -n "$CONC" ]; then
   absrow "  fds: start/baseline/after" "$f0/$fb/$fa" "" "after=base" "$([ "$fa" = "$fb" ] && echo PASS || echo MISS)"
 else
   absrow "$N_SANDBOXES sandboxes x $N_CMDS cmds" "failed" "" "completes" "MISS"
+fi
+
+# ---------------------------------------------------------------- docker (optional)
+if [ "${DOCKER:-}" = 1 ]; then
+  SBXLUA=$SBXLUA PEER_DIR=$PEER_DIR PYTHON=$PYTHON "$BENCH/docker.sh"
 fi

@@ -796,6 +796,18 @@ static int fs_mkdtemp(lua_State *L) {
   return 1;
 }
 
+/* fs.mkdir_host(path) -> true | nil, msg, code: mkdir -p (0700) of a host
+** directory the user named (download targets) */
+static int fs_mkdir_host(lua_State *L) {
+  const char *path = host_path(L, 1);
+  if (!path) return fs_fail(L, "mkdir", lua_tostring(L, 1), E_INVAL);
+  size_t plen = strlen(path);
+  char *buf = scratch(L, path, plen);
+  int err = plen ? host_mkdir_p(buf) : 0;
+  if (err) return fs_fail(L, "mkdir", path, err);
+  return fs_ok(L);
+}
+
 /* fs.rmtree(host_path) -> true | nil, msg, code (missing is success) */
 static int fs_rmtree(lua_State *L) {
   const char *path = host_path(L, 1), *base;
@@ -889,7 +901,8 @@ static const luaL_Reg fs_funcs[] = {
   {"open_root", fs_open_root}, {"mkdtemp", fs_mkdtemp},
   {"rmtree", fs_rmtree}, {"lock", fs_lock}, {"is_locked", fs_is_locked},
   {"journal", fs_journal}, {"read_host", fs_read_host},
-  {"list_host", fs_list_host}, {"readlink", fs_readlink}, {NULL, NULL}
+  {"list_host", fs_list_host}, {"readlink", fs_readlink},
+  {"mkdir_host", fs_mkdir_host}, {NULL, NULL}
 };
 
 int luaopen_sbx_fs(lua_State *L) {

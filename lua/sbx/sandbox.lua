@@ -257,6 +257,33 @@ function Sandbox:download_file(sandbox_path, local_path)
   f:close()
 end
 
+---Copy a host directory into the sandbox (modes kept, symlinks not
+---followed). Returns { files =, dirs =, skipped = { paths... } }.
+function Sandbox:upload_dir(local_dir, sandbox_dir)
+  check.string(local_dir, "upload_dir", "local_dir")
+  path_arg("upload_dir", sandbox_dir)
+  local h = live(self, "upload_dir")
+  local transfer = require "sbx.transfer"
+  local entries, skipped = transfer.read_host_tree(local_dir)
+  self._p.put_tree(h, sandbox_dir, entries)
+  local files = 0
+  for _, e in ipairs(entries) do if e.type == "file" then files = files + 1 end end
+  return { files = files, dirs = #entries - files, skipped = skipped }
+end
+
+---Copy a sandbox directory to the host; hostile entries (.., absolute
+---paths, links out) raise PathError before anything is written.
+function Sandbox:download_dir(sandbox_dir, local_dir)
+  path_arg("download_dir", sandbox_dir)
+  check.string(local_dir, "download_dir", "local_dir")
+  local h = live(self, "download_dir")
+  local entries, rejected = self._p.get_tree(h, sandbox_dir)
+  local skipped = require("sbx.transfer").write_host_tree(local_dir, entries, rejected)
+  local files = 0
+  for _, e in ipairs(entries) do if e.type == "file" then files = files + 1 end end
+  return { files = files, skipped = skipped }
+end
+
 -- ---------------------------------------------------- state, lifetime
 
 function Sandbox:snapshot()

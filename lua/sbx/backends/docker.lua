@@ -707,6 +707,52 @@ function M.list_files(h, path)
   return list
 end
 
+---Write a tree of entries under dir: one archive upload.
+function M.put_tree(h, dir, entries)
+  local p = abs(dir, "upload_dir")
+  M.mkdir(h, p)
+  local list = {}
+  for _, e in ipairs(entries) do
+    list[#list + 1] = { path = e.path, type = e.type, data = e.data, mode = e.mode }
+  end
+  if #list == 0 then return end
+  local archive, err = tar.pack(list)
+  if not archive then fail("PathError", "upload_dir: " .. err, { op = "upload_dir" }) end
+  api("PUT", "/containers/" .. q(h.cid) .. "/archive?path=" .. q(p), { 200 },
+      { op = "upload_dir", body = archive, headers = { ["Content-Type"] = "application/x-tar" },
+        not_found = "FileNotFoundError", bad_request = "PathError", timeout = 600 })
+end
+
+---The tree under dir from one archive download, read as hostile: entries
+---relative to dir, and the rejected ones.
+function M.get_tree(h, dir)
+  local p = abs(dir, "download_dir")
+  local res = api("GET", "/containers/" .. q(h.cid) .. "/archive?path=" .. q(p), { 200 },
+                  { op = "download_dir", not_found = "FileNotFoundError", bad_request = "PathError",
+                    max_body = 1024 * 1024 * 1024 + 1, timeout = 600 })
+  if res.truncated then
+    fail("SandboxExecutionError", "download_dir: " .. p .. " is larger than 1 GiB", { op = "download_dir" })
+  end
+  local entries, rejected = tar.extract(res.body, { skip_unsafe = true, max_bytes = 1024 * 1024 * 1024 })
+  if not entries then fail("SandboxExecutionError", "download_dir: " .. tostring(rejected), { op = "download_dir" }) end
+  local base = p == "/" and "" or p:match("[^/]+$")
+  local out = {}
+  rejected = rejected or {}
+  for _, e in ipairs(entries) do
+    local rel = base == "" and e.path or (e.path == base and "" or e.path:match("^" .. base:gsub("%p", "%%%0") .. "/(.*)$"))
+    if rel == nil then
+      rejected[#rejected + 1] = { path = e.path, reason = "outside the requested directory" }
+    elseif rel ~= "" then
+      if e.type == "symlink" and e.escapes then
+        rejected[#rejected + 1] = { path = rel, reason = "symlink out of the directory" }
+      else
+        out[#out + 1] = { path = rel, type = e.type == "dir" and "dir" or e.type, data = e.data, mode = e.mode }
+      end
+    end
+  end
+  return out, rejected
+end
+
 function M.mkdir(h, path)
   local p = abs(path, "mkdir")
   local _, err, code = agent(h, { "mkdir", p }, "mkdir")

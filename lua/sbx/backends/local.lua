@@ -198,4 +198,49 @@ function M.stat(h, path) return call(h, "stat", "stat", path) end
 
 M.home = function(h) return h.dir end
 
+local function join(a, b) return (a == "" or a == ".") and b or (a:gsub("/+$", "") .. "/" .. b) end
+
+---Write a tree of entries ({path, type = "dir"|"file", data, mode}) under dir.
+function M.put_tree(h, dir, entries)
+  call(h, "upload_dir", "mkdir", dir)
+  for _, e in ipairs(entries) do
+    local p = join(dir, e.path)
+    if e.type == "dir" then call(h, "upload_dir", "mkdir", p)
+    elseif e.type == "file" then call(h, "upload_dir", "write", p, e.data, e.mode) end
+  end
+end
+
+---Read the tree under dir: entries, and the rejected ones (jailed reads
+---never leave the sandbox; links are not followed).
+function M.get_tree(h, dir)
+  local entries, rejected = {}, {}
+  local function walk(rel)
+    for _, it in ipairs(call(h, "download_dir", "list", rel == "" and dir or join(dir, rel))) do
+      local r = rel == "" and it.name or rel .. "/" .. it.name
+      local full = join(dir, r)
+      if it.type == "dir" then
+        entries[#entries + 1] = { path = r, type = "dir", mode = call(h, "download_dir", "stat", full).mode }
+        walk(r)
+      elseif it.type == "file" then
+        entries[#entries + 1] = { path = r, type = "file", data = call(h, "download_dir", "read", full),
+                                  mode = call(h, "download_dir", "stat", full).mode }
+      elseif it.type == "link" then
+        -- never followed; one that points out of the directory is hostile
+        local target = fs.readlink(h.dir .. "/" .. full:gsub("^/+", "")) or "/"
+        local depth, escapes = select(2, r:gsub("/", "")), target:sub(1, 1) == "/"
+        for seg in target:gmatch("[^/]+") do
+          depth = depth + (seg == ".." and -1 or seg == "." and 0 or 1)
+          if depth < 0 then escapes = true end
+        end
+        if escapes then rejected[#rejected + 1] = { path = r, reason = "symlink out of the directory" }
+        else entries[#entries + 1] = { path = r, type = "symlink" } end
+      else
+        entries[#entries + 1] = { path = r, type = it.type }
+      end
+    end
+  end
+  walk("")
+  return entries, rejected
+end
+
 return M

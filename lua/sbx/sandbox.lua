@@ -155,6 +155,7 @@ function Sandbox:spawn(cmd, args, opts)
   req, o = request(self, argv, o, "spawn")
   if not (opts and opts.timeout) then req.timeout = nil end
   req.keep_stdin = o.stdin == nil
+  req.want_pid = true
   local p = self._p.spawn(h, req)
   local bp = setmetatable({ pid = p.pid, _p = p, _sb = self }, Process)
   if req.stream then bp._pump = loop.spawn(pump, p, o) end

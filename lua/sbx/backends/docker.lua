@@ -478,8 +478,10 @@ function M.spawn(h, req)
     queue = {}, qhead = 1, qtail = 0, d = demux.new(), start = loop.now(),
   }, Exec)
   e.s, e.pending = hijack(eid, "exec")
-  local ok, info = pcall(api, "GET", "/exec/" .. eid .. "/json", { 200 }, { op = "exec" })
-  e.pid = ok and info.json and math.tointeger(info.json.Pid) or nil
+  if req.want_pid then           -- background processes show a pid; commands need none
+    local ok, info = pcall(api, "GET", "/exec/" .. eid .. "/json", { 200 }, { op = "exec" })
+    e.pid = ok and info.json and math.tointeger(info.json.Pid) or nil
+  end
   if req.stdin then
     -- written by a task of its own: a command that answers while it reads
     -- must not deadlock against us

@@ -171,6 +171,7 @@ end
 
 function sbx.providers() return providers.describe() end
 
+sbx.agent = require "sbx.agent"
 sbx.spawn = tasks.spawn
 sbx.parallel = tasks.parallel
 sbx.sleep = loop.sleep

@@ -285,6 +285,26 @@ function Sandbox:download_dir(sandbox_dir, local_dir)
   return { files = files, skipped = skipped }
 end
 
+-- -------------------------------------------------------------- agents
+
+---Bind an agent spec (sbx.agent.inside/external) to this sandbox.
+function Sandbox:agent(spec)
+  live(self, "agent")
+  local agent = require "sbx.agent"
+  if spec == nil or type(spec) == "string" then
+    check.bad("agent", "no preset agent spec is available"
+      .. (spec and (" for '" .. spec .. "'") or "") .. "; pass sbx.agent.inside{...} or sbx.agent.external{...}")
+  end
+  return agent.bind(self, spec)
+end
+
+---The capability-limited context an external agent gets: { capabilities = {...} }.
+function Sandbox:agent_tools(opts)
+  live(self, "agent_tools")
+  opts = check.options(opts, { capabilities = "list" }, "agent_tools")
+  return require("sbx.agent").tools(self, opts.capabilities or {})
+end
+
 -- ---------------------------------------------------- state, lifetime
 
 function Sandbox:snapshot()

@@ -1,0 +1,804 @@
+--- The `bwrap` backend: every command runs in fresh bubblewrap namespaces
+--- over the sandbox's own root filesystem, a private host directory.
+---
+--- What a sandbox sees:
+---   /             a private host directory (<state>/bwrap/<session>/<id>.*),
+---                 read-write and kept between commands (like a container's layer)
+---   /workspace    the working directory (the `workdir` option binds a host
+---                 directory there instead)
+---   /tmp          part of the root: private, kept between commands
+---   /usr /bin /sbin /lib*   the host's, read-only (symlinks mirrored)
+---   /etc          the host's, read-only, with everything that is not readable
+---                 by everyone hidden (shadow, private keys: an empty file or
+---                 directory in their place)
+---   /run          a tmpfs of each command (plus what /etc links to there,
+---                 such as resolv.conf under systemd-resolved)
+---   /proc /dev    the sandbox's own (new pid namespace, minimal devices)
+--- Nothing else of the host: no /home, /root, /run, /var, /sys.
+---
+--- Every command is `bwrap --unshare-user --unshare-pid --unshare-ipc
+--- --unshare-uts --unshare-cgroup-try [--unshare-net] --disable-userns
+--- --die-with-parent --new-session --cap-drop ALL --clearenv ... -- argv`
+--- with a seccomp filter (src/seccomp.c) on fd 3, started by sbx.proc in
+--- the sandbox's cgroup: timeouts, output caps, streaming and whole-tree
+--- kills are those of every backend.
+---
+--- The file API resolves paths the way the sandbox does: symlinks are
+--- followed inside the sandbox's tree, across its mounts, and every access
+--- happens beneath the host directory of one mount (openat2
+--- RESOLVE_BENEATH), so a link swapped in meanwhile cannot leave it. /proc
+--- and /dev are refused; writes to the read-only parts raise PathError.
+---
+--- Limits: no cgroup v2 controller limits (cpu, memory_mb and pids are not
+--- enforced, so routing skips bwrap when they are requested); per-process
+--- rlimits through backend_options.rlimits; core dumps are off.
+local fs = require "sbx.fs"
+local proc = require "sbx.proc"
+local cgroup = require "sbx.cgroup"
+local native = require "sbx.bwrap"
+local errors = require "sbx.errors"
+local owner = require "sbx.owner"
+local paths = require "sbx.paths"
+
+local M = {}
+
+M.WORKDIR = "/workspace"
+M.HOSTNAME = "sandbox"
+-- The host's top-level system directories: bound read-only, or mirrored
+-- when they are symlinks (merged /usr).
+M.SYSTEM = { "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32" }
+-- Host directories bound read-only with what others may not read hidden.
+M.FILTERED = { "/etc" }
+-- Per-command tmpfs directories (top level).
+M.TMPFS = { "/run" }
+-- backend_options.rlimits: per-process limits, name -> { sbx.proc name, unit, minimum }
+M.RLIMITS = { as_mb = { "as", 1048576, 16 }, cpu_secs = { "cpu", 1, 1 },
+              fsize_mb = { "fsize", 1048576, 1 }, nofile = { "nofile", 1, 16 } }
+-- Paths of the sandbox the file API does not reach.
+local SPECIAL = { "/proc", "/dev" }
+
+M.descriptor = {
+  name = "bwrap",
+  description = "bubblewrap namespaces (user, pid, ipc, uts, cgroup, net) over a private root directory",
+  isolation = "namespace",
+  capabilities = { "exec", "files", "streaming", "background", "resume", "network" },
+  options = { workdir = true, allow_internet = true, backend_options = true },
+  price = { per_hour = 0, per_vcpu_hour = 0, per_gib_hour = 0 },
+  regions = {},
+  -- what it enforces: no cgroup limits; per-process rlimits on request
+  limits = { cpu = false, memory_mb = false, pids = false,
+             rlimits = { "as_mb", "cpu_secs", "fsize_mb", "nofile" } },
+}
+
+local function fail(kind, msg, op, code)
+  errors.raise(kind, msg, { backend = "bwrap", op = op, code = code })
+end
+
+-- A core failure (nil, msg, code) about sandbox path `path`.
+local function core_fail(op, path, err, code)
+  local reason = tostring(err):match(": ([^:]*)$") or tostring(err)
+  errors.core(op .. ": " .. path .. ": " .. reason, code, "bwrap", op)
+end
+
+-- ------------------------------------------------------------ host layout
+
+local function dirname(p) return p:match("^(.*)/[^/]*$") or "" end
+local function basename(p) return p:match("([^/]*)$") end
+
+-- Lexical normalization where ".." at the root stays there (as the kernel
+-- does inside the sandbox); returns the list of segments.
+local function segments(p)
+  local parts = {}
+  for seg in p:gmatch("[^/]+") do
+    if seg == ".." then parts[#parts] = nil
+    elseif seg ~= "." then parts[#parts + 1] = seg end
+  end
+  return parts
+end
+
+local function readable(st)
+  return st and (st.type == "file" or st.type == "dir") and st.mode & 4 ~= 0
+         and (st.type ~= "dir" or st.mode & 1 ~= 0)
+end
+
+local function under(p, top) return p == top or p:sub(1, #top + 1) == top .. "/" end
+
+local layout_cache
+---The host-dependent part of every sandbox, computed once per process:
+---binds (read-only; dir=true for directories), hidden (beneath filtered
+---binds), mirrored top-level links, tmpfs tops and the virtual directories
+---(tmpfs tops and the parents of the binds inside them).
+function M.layout()
+  if layout_cache then return layout_cache end
+  local L = { binds = {}, hidden = {}, links = {}, tmpfs = {}, virtual = {} }
+  for _, name in ipairs(M.SYSTEM) do
+    local st = native.lookup("/", name)
+    if st and st.type == "link" then
+      L.links[#L.links + 1] = { name = name, target = st.target }
+    elseif readable(st) and st.type == "dir" then
+      L.binds[#L.binds + 1] = { src = "/" .. name, dest = "/" .. name, dir = true }
+    end
+  end
+  for _, t in ipairs(M.TMPFS) do
+    L.tmpfs[#L.tmpfs + 1] = t
+    L.virtual[t] = true
+  end
+  for _, top in ipairs(M.FILTERED) do
+    local st = native.lookup("/", top:sub(2))
+    if readable(st) and st.type == "dir" then
+      L.binds[#L.binds + 1] = { src = top, dest = top, dir = true }
+      for _, e in ipairs(native.hidden(top) or {}) do L.hidden[#L.hidden + 1] = e end
+      -- links of its top level into a tmpfs (resolv.conf -> /run/...): bind their targets
+      for _, name in ipairs(fs.list_host(top) or {}) do
+        local l = native.lookup(top, name)
+        local real = l and l.type == "link" and native.realpath(top .. "/" .. name)
+        local rst = real and native.lookup("/", real:sub(2))
+        for _, t in ipairs(L.tmpfs) do
+          if real and under(real, t) and real ~= t and readable(rst) and rst.type == "file" then
+            L.binds[#L.binds + 1] = { src = real, dest = real, dir = false, inner = t }
+            local parent = dirname(real)
+            while parent ~= t do L.virtual[parent] = true; parent = dirname(parent) end
+          end
+        end
+      end
+    end
+  end
+  layout_cache = L
+  return L
+end
+
+-- The sandbox's mounts as the file API sees them, longest path first:
+-- { path=, dir= (host dir), name= (file binds), ro=, tmpfs= }
+local function mounts_of(L, root, workdir)
+  local ms = { { path = "/", dir = root } }
+  if workdir then ms[#ms + 1] = { path = M.WORKDIR, dir = workdir } end
+  for _, b in ipairs(L.binds) do
+    if b.dir then ms[#ms + 1] = { path = b.dest, dir = b.src, ro = true }
+    else ms[#ms + 1] = { path = b.dest, dir = dirname(b.src), name = basename(b.src), ro = true } end
+  end
+  for _, t in ipairs(L.tmpfs) do ms[#ms + 1] = { path = t, tmpfs = true, ro = true } end
+  table.sort(ms, function(a, b) return #a.path > #b.path end)
+  return ms
+end
+
+-- Top-level entries of a sandbox root: what bwrap mounts over (dirs that
+-- must never turn into symlinks) and the mirrored system links.
+local function top_entries(L, workdir)
+  local e = { { name = "workspace", type = "dir" }, { name = "tmp", type = "dir", mode = tonumber("1777", 8) },
+              { name = "proc", type = "dir", mount = true }, { name = "dev", type = "dir", mount = true } }
+  if workdir then e[1].mount = true end
+  for _, b in ipairs(L.binds) do
+    if not b.inner then e[#e + 1] = { name = b.dest:sub(2), type = "dir", mount = true } end
+  end
+  for _, t in ipairs(L.tmpfs) do e[#e + 1] = { name = t:sub(2), type = "dir", mount = true } end
+  for _, l in ipairs(L.links) do e[#e + 1] = { name = l.name, type = "link", target = l.target } end
+  return e
+end
+
+-- ------------------------------------------------------------ the probe
+
+local SECCOMP = native.seccomp()
+
+local function bwrap_path() return proc.which("bwrap", require("sbx.sandbox").DEFAULT_PATH) end
+
+-- The bwrap options shared by every command of sandbox h (h.root nil:
+-- a throwaway tmpfs root, for the probe).
+local function base_args(h, o)
+  local L = M.layout()
+  local a = { "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+              "--unshare-cgroup-try" }
+  local function add(...) for _, x in ipairs{ ... } do a[#a + 1] = x end end
+  if not h.net then add("--unshare-net") end
+  if not (o and o.no_disable_userns) and not M.no_disable_userns then add("--disable-userns") end
+  add("--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", M.HOSTNAME)
+  if h.root then add("--bind", h.dir, "/") end
+  if h.workdir then add("--bind", h.workdir, M.WORKDIR) end
+  for _, b in ipairs(L.binds) do
+    if not b.inner then add("--ro-bind", b.src, b.dest) end
+  end
+  for _, e in ipairs(L.hidden) do
+    if e.dir then add("--perms", "0700", "--tmpfs", e.path) else add("--ro-bind", "/dev/null", e.path) end
+  end
+  if not h.root then
+    for _, l in ipairs(L.links) do add("--symlink", l.target, "/" .. l.name) end
+  end
+  for _, t in ipairs(L.tmpfs) do
+    add("--perms", "0755", "--tmpfs", t)
+    local vdirs = {}
+    for v in pairs(L.virtual) do if v ~= t and under(v, t) then vdirs[#vdirs + 1] = v end end
+    table.sort(vdirs)
+    for _, v in ipairs(vdirs) do add("--perms", "0755", "--dir", v) end
+    for _, b in ipairs(L.binds) do
+      if b.inner == t then add("--ro-bind", b.src, b.dest) end
+    end
+  end
+  add("--proc", "/proc", "--dev", "/dev", "--seccomp", "3", "--clearenv")
+  return a
+end
+
+-- The start of a command line and the fds it needs: the shared options go
+-- through --args on fd 4 (bwrap is pid 1 inside, and its command line would
+-- show the sandbox host paths), the seccomp program on fd 3.
+local function command_line(h, o)
+  local opts = base_args(h, o)
+  local blob = table.concat(opts, "\0") .. "\0"
+  if #blob <= 65536 then return { M.bwrap, "--args", "4" }, { SECCOMP, blob } end
+  table.insert(opts, 1, M.bwrap)
+  return opts, { SECCOMP }
+end
+
+local function run_probe(argv, fds)
+  local p, err = proc.spawn{ argv = argv, env = {}, timeout = 20, max_output = 8192,
+                             fds = fds or { SECCOMP } }
+  if not p then return false, err end
+  local r = p:wait()
+  p:close()
+  if r.exit_code == 0 then return true end
+  local msg = (r.stderr ~= "" and r.stderr or r.stdout):gsub("%s+$", "")
+  return false, r.timed_out and "timed out" or (msg ~= "" and msg or ("exit " .. tostring(r.exit_code or r.signal)))
+end
+
+local function probe()
+  local r = { ok = false }
+  M.bwrap = bwrap_path()
+  r.bwrap = M.bwrap
+  if not M.bwrap then
+    r.reason = "bubblewrap is not installed (no bwrap on PATH)"
+    return r
+  end
+  if not SECCOMP then
+    r.reason = "no seccomp filter for this CPU architecture (x86_64 and arm64 only)"
+    return r
+  end
+  local vp = proc.spawn{ argv = { M.bwrap, "--version" }, env = {}, timeout = 10 }
+  if vp then r.version = (vp:wait().stdout:match("[%d%.]+")) vp:close() end
+  local cmd = { "--setenv", "PATH", "/usr/bin:/bin", "--", "true" }
+  local function argv(h, o)
+    local a, fds = command_line(h, o)
+    for _, x in ipairs(cmd) do a[#a + 1] = x end
+    return a, fds
+  end
+  local ok, why = run_probe(argv({ net = false }))
+  if ok then
+    r.ok, r.userns, r.netns, r.seccomp, r.disable_userns = true, true, true, true, true
+    return r
+  end
+  -- Tell which part fails.
+  if tostring(why):find("disable%-userns") then
+    ok = run_probe(argv({ net = false }, { no_disable_userns = true }))
+    if ok then
+      -- an older bwrap: the seccomp filter still refuses new user namespaces
+      M.no_disable_userns = true
+      r.ok, r.userns, r.netns, r.seccomp, r.disable_userns = true, true, true, true, false
+      return r
+    end
+  end
+  local plain = { M.bwrap, "--unshare-user", "--unshare-pid", "--ro-bind", "/", "/", "--", "true" }
+  local uok, uwhy = run_probe(plain)
+  r.userns = uok
+  if not uok then
+    r.reason = "user namespaces are not available: " .. tostring(uwhy)
+    return r
+  end
+  local nok, nwhy = run_probe{ M.bwrap, "--unshare-user", "--unshare-net", "--ro-bind", "/", "/", "--", "true" }
+  r.netns = nok
+  if not nok then
+    r.reason = "network namespaces are not available (allow_internet = false could not be enforced): "
+               .. tostring(nwhy)
+    return r
+  end
+  r.reason = "the hardened bwrap command line fails: " .. tostring(why)
+  return r
+end
+
+local probed
+---What this machine offers, probed once (again with force): { ok=, reason=,
+---bwrap=, version=, userns=, netns=, seccomp=, disable_userns= }. Tasks
+---asking at once may each probe; the last answer stays.
+function M.probe(force)
+  if probed and not force then return probed end
+  local r = probe()
+  probed = r
+  return r
+end
+
+function M.available()
+  local r = M.probe()
+  return r.ok, r.reason
+end
+
+---For `sbxlua doctor`: { {ok= (nil: information), what=, detail=, fix=}, ... }
+function M.doctor()
+  local r = M.probe(true)
+  local out = {}
+  local function add(ok, what, detail, fix) out[#out + 1] = { ok = ok, what = what, detail = detail, fix = fix } end
+  add(r.bwrap ~= nil, "bubblewrap", r.bwrap and (r.bwrap .. " " .. (r.version or "")) or "not installed",
+      "apt-get install bubblewrap")
+  if not r.bwrap then return out end
+  add(r.userns ~= false, "user namespaces", r.userns == false and "refused" or "work",
+      "sysctl -w user.max_user_namespaces=15000 (Debian < 11: sysctl -w kernel.unprivileged_userns_clone=1;"
+      .. " Ubuntu >= 24.04: sysctl -w kernel.apparmor_restrict_unprivileged_userns=0)")
+  add(r.netns ~= false, "network namespaces (allow_internet = false)", r.netns == false and "refused" or "work",
+      "a kernel with CONFIG_NET_NS, and user namespaces allowed to create them")
+  add(SECCOMP ~= nil, "seccomp filter", SECCOMP and (#native.denied() .. " calls refused (" ..
+      table.concat(native.denied(), ", ", 1, 6) .. ", ...)") or "no filter for this architecture")
+  if r.ok and not r.disable_userns then
+    add(nil, "--disable-userns", "not supported by this bwrap; the seccomp filter refuses new user namespaces")
+  end
+  local base, why = require("sbx.backends.local").containment()
+  add(base ~= nil, "containment", base and "each command in its own cgroup (whole trees killed)"
+      or ("no writable cgroup v2 (" .. tostring(why) .. "): process trees are swept through /proc"),
+      "run as root, or under a delegated cgroup (systemd-run --user --scope -p Delegate=yes sbxlua ...)")
+  add(nil, "limits", "cpu, memory_mb and pids are not enforced (routing skips bwrap when they are"
+      .. " requested); per-process rlimits via backend_options.rlimits (as_mb, cpu_secs, fsize_mb, nofile)")
+  if native.getuid() == 0 then
+    add(nil, "running as root", "sandboxes hold host uid 0 without capabilities; what in /etc is not"
+        .. " readable by everyone is hidden from them (" .. #M.layout().hidden .. " entries)")
+  end
+  if r.ok then add(nil, "probe", "run `sbxlua selftest --backend bwrap` for the escape probes") end
+  return out
+end
+
+-- -------------------------------------------------------------- lifetime
+
+local function sandboxes_dir(session) return owner.state_dir() .. "/bwrap/" .. session end
+
+local function check_options(spec)
+  local bo = spec.backend_options or {}
+  local limits = { core = 0 }
+  for k in pairs(bo) do
+    if k ~= "rlimits" then
+      errors.raise("ConfigError", "bwrap: unknown backend_options." .. tostring(k) .. " (known: rlimits)",
+                   { backend = "bwrap", op = "create" })
+    end
+  end
+  for k, v in pairs(bo.rlimits or {}) do
+    local d = M.RLIMITS[k]
+    if not d then
+      local known = {}
+      for n in pairs(M.RLIMITS) do known[#known + 1] = n end
+      table.sort(known)
+      errors.raise("ConfigError", "bwrap: unknown rlimit '" .. tostring(k) .. "' (known: "
+                   .. table.concat(known, ", ") .. ")", { backend = "bwrap", op = "create" })
+    end
+    if math.type(v) ~= "integer" or v < d[3] then
+      errors.raise("ConfigError", "bwrap: rlimits." .. k .. " must be an integer >= " .. d[3],
+                   { backend = "bwrap", op = "create" })
+    end
+    limits[d[1]] = v * d[2]
+  end
+  return limits
+end
+
+local function handle(st)
+  local L = M.layout()
+  local h = { id = st.id, dir = st.dir, workdir = st.workdir, own = st.own, cg = st.cg,
+              session = st.session, net = st.net and true or false, rlimits = st.rlimits or { core = 0 },
+              roots = {} }
+  h.mounts = mounts_of(L, h.dir, h.workdir)
+  h.top = top_entries(L, h.workdir)
+  h.root = fs.open_root(h.dir)
+  return h
+end
+
+---@param spec table id=, session=, workdir=, allow_internet=, backend_options=
+function M.create(spec)
+  local limits = check_options(spec)
+  if spec.workdir then
+    local root = fs.open_root(spec.workdir)
+    if not root then
+      errors.raise("ConfigError", "workdir " .. spec.workdir .. " is not an existing directory",
+                   { backend = "bwrap", op = "create" })
+    end
+    root:close()
+  end
+  local d, err = fs.mkdtemp(sandboxes_dir(spec.session), spec.id .. ".")
+  if not d then fail("SandboxCreationError", "cannot create the sandbox directory: " .. err, "create") end
+  local cg
+  local base = require("sbx.backends.local").containment()
+  if base then
+    local scg = base .. "/" .. spec.session
+    if cgroup.create(scg) and cgroup.create(scg .. "/" .. spec.id) then cg = scg .. "/" .. spec.id end
+  end
+  local h = handle{ id = spec.id, dir = d, own = true, cg = cg, session = spec.session,
+                    workdir = spec.workdir and native.realpath(spec.workdir) or nil,
+                    net = spec.allow_internet ~= false, rlimits = limits }
+  local ok, perr = native.populate(d, h.top)
+  if not ok then
+    M.destroy(h)
+    fail("SandboxCreationError", "cannot lay out the sandbox root: " .. perr, "create")
+  end
+  return h
+end
+
+function M.session_state(h)
+  return { dir = h.dir, own = h.own, cg = h.cg, session = h.session, workdir = h.workdir,
+           net = h.net, rlimits = h.rlimits }
+end
+
+function M.resume(state)
+  if type(state.dir) ~= "string" then
+    fail("ConfigError", "session state for bwrap has no 'dir'", "resume")
+  end
+  local root = fs.open_root(state.dir)
+  if not root then fail("SandboxNotFoundError", "the sandbox directory " .. state.dir .. " is gone", "resume") end
+  root:close()
+  return handle(state)
+end
+
+function M.is_alive(h)
+  return h.root ~= nil and fs.open_root(h.dir) ~= nil
+end
+
+local function close_roots(h)
+  for _, r in pairs(h.roots or {}) do r:close() end
+  h.roots = {}
+  if h.root then h.root:close() end
+  h.root = nil
+end
+
+function M.destroy(h)
+  if h.cg then cgroup.remove(h.cg) end
+  close_roots(h)
+  if h.own then
+    local ok, err = fs.rmtree(h.dir)
+    if not ok then errors.core(err, "EIO", "bwrap", "destroy") end
+  end
+end
+
+---Destroy what a dead session left, from its journal entry or a listing.
+function M.reap(entry)
+  local st = entry.state or {}
+  local dir = st.dir or entry.dir
+  local cg = st.cg
+  local base = require("sbx.backends.local").containment()
+  if not cg and entry.session and base then cg = base .. "/" .. entry.session .. "/" .. entry.id end
+  if cg then cgroup.remove(cg) end
+  if dir and dir:find(owner.state_dir() .. "/bwrap/", 1, true) == 1 then fs.rmtree(dir) end
+end
+
+---Sandbox directories on disk, grouped by session (the list gc trusts).
+function M.list_owned()
+  local found = {}
+  local top = owner.state_dir() .. "/bwrap"
+  for _, session in ipairs(fs.list_host(top) or {}) do
+    for _, name in ipairs(fs.list_host(top .. "/" .. session) or {}) do
+      found[#found + 1] = { session = session, id = name:match("^(.-)%.") or name,
+                            dir = top .. "/" .. session .. "/" .. name }
+    end
+  end
+  return found
+end
+
+function M.forget_session(session)
+  os.remove(sandboxes_dir(session))
+end
+
+M.home = function() return M.WORKDIR end
+
+-- ------------------------------------------------------------ sandbox paths
+
+-- Where sandbox path p (absolute, normalized) lives: { kind = "mount"
+-- (dir, rel, m), "virtual" (a directory of a tmpfs, or a hidden one),
+-- "null" (a hidden file: /dev/null in its place), "missing" (inside a
+-- tmpfs or a hidden directory), "special" (/proc, /dev) }.
+local function where(h, p)
+  for _, s in ipairs(SPECIAL) do
+    if p == s or p:sub(1, #s + 1) == s .. "/" then return { kind = "special", path = p } end
+  end
+  local L = M.layout()
+  for _, e in ipairs(L.hidden) do
+    if p == e.path then return { kind = e.dir and "virtual" or "null", path = p, hidden = true } end
+    if under(p, e.path) then return { kind = "missing", path = p } end
+  end
+  if L.virtual[p] then return { kind = "virtual", path = p } end
+  for _, m in ipairs(h.mounts) do
+    local prefix = m.path == "/" and "/" or m.path .. "/"
+    if m.path == p or p:sub(1, #prefix) == prefix then
+      if m.tmpfs or (m.name and m.path ~= p) then return { kind = "missing", path = p, m = m } end
+      local rel = m.path == p and "" or p:sub(#prefix + 1)
+      if m.name then rel = m.name end
+      return { kind = "mount", m = m, dir = m.dir, rel = rel, path = p }
+    end
+  end
+end
+
+local MAXLINKS = 40
+
+-- Resolve a sandbox path as the sandbox would, following symlinks across
+-- its mounts (the last one only when `follow`); returns where() of it.
+local function resolve(h, path, op, follow)
+  local parts = segments(paths.resolve(M.WORKDIR, path, op))
+  local hops, i = 0, 1
+  while i <= #parts do
+    if i < #parts or follow then
+      local cur = "/" .. table.concat(parts, "/", 1, i)
+      local t, target = where(h, cur)
+      if t.kind == "special" then
+        fail("PathError", op .. ": " .. path .. ": /proc and /dev are not reachable through the file API", op)
+      elseif t.kind == "missing" then
+        break
+      elseif t.kind == "mount" then
+        local st, err, code = native.lookup(t.dir, t.rel)
+        if st and st.type == "link" then target = st.target
+        elseif not st and (code == "ENOENT" or code == "ENOTDIR") then break
+        elseif not st then core_fail(op, path, err, code) end
+      end
+      if target then
+        hops = hops + 1
+        if hops > MAXLINKS then
+          fail("PathError", op .. ": " .. path .. ": too many levels of symbolic links", op, "ELOOP")
+        end
+        local base = target:sub(1, 1) == "/" and "" or table.concat(parts, "/", 1, i - 1)
+        parts = segments(base .. "/" .. target .. "/" .. table.concat(parts, "/", i + 1))
+        i = 0
+      end
+    end
+    i = i + 1
+  end
+  return where(h, "/" .. table.concat(parts, "/"))
+end
+M._resolve = resolve
+
+local function root_of(h, dir)
+  local r = h.roots[dir]
+  if not r then
+    local err, code
+    r, err, code = fs.open_root(dir)
+    if not r then errors.core(err, code, "bwrap", "open") end
+    h.roots[dir] = r
+  end
+  return r
+end
+
+local function read_only(op, path)
+  fail("PathError", op .. ": " .. path .. ": read-only in a bwrap sandbox", op, "EROFS")
+end
+
+local function not_found(op, path)
+  fail("FileNotFoundError", op .. ": " .. path .. ": No such file or directory", op, "ENOENT")
+end
+
+local function writable(h, path, op, follow)
+  local t = resolve(h, path, op, follow)
+  if t.kind == "mount" and not t.m.ro then return t end
+  if t.kind == "special" then
+    fail("PathError", op .. ": " .. path .. ": /proc and /dev are not reachable through the file API", op)
+  end
+  read_only(op, path)
+end
+
+local function call(h, t, op, path, method, ...)
+  local root = root_of(h, t.dir)
+  local r, err, code = root[method](root, t.rel, ...)
+  if r == nil then core_fail(op, path, err, code) end
+  return r
+end
+
+function M.read_file(h, path, max)
+  local t = resolve(h, path, "read_file", true)
+  if t.kind == "virtual" then fail("PathError", "read_file: " .. path .. ": Is a directory", "read_file", "EISDIR") end
+  if t.kind == "null" then return "" end
+  if t.kind ~= "mount" then not_found("read_file", path) end
+  return call(h, t, "read_file", path, "read", max)
+end
+
+function M.write_file(h, path, data)
+  call(h, writable(h, path, "write_file", true), "write_file", path, "write", data)
+end
+
+function M.mkdir(h, path)
+  local t = resolve(h, path, "mkdir", true)
+  if t.kind == "virtual" then return end
+  if t.kind == "mount" and t.m.ro then
+    local st = native.lookup(t.dir, t.rel)
+    if st and st.type == "dir" then return end
+    read_only("mkdir", path)
+  end
+  if t.kind ~= "mount" then read_only("mkdir", path) end
+  call(h, t, "mkdir", path, "mkdir")
+end
+
+-- The names of the root the sandbox's layout depends on, and mount paths.
+local function protected(h, p)
+  if p == "/" or M.layout().virtual[p] then return true end
+  for _, e in ipairs(h.top) do if p == "/" .. e.name then return true end end
+  for _, m in ipairs(h.mounts) do if m.path == p then return true end end
+  return false
+end
+
+function M.remove(h, path, recursive)
+  local t = resolve(h, path, "remove", false)
+  if protected(h, t.path) then
+    fail("PathError", "remove: " .. path .. " is part of the sandbox's layout", "remove", "EBUSY")
+  end
+  if t.kind == "missing" then not_found("remove", path) end
+  if t.kind ~= "mount" or t.m.ro then read_only("remove", path) end
+  call(h, t, "remove", path, "remove", recursive)
+end
+
+local function entry(name, prefix, st)
+  return { name = name, path = prefix .. name, is_dir = st.type == "dir", type = st.type,
+           size = st.size or 0, mtime = st.mtime or 0 }
+end
+
+-- stat of what sandbox path p shows (through its mount), or nil
+local function shown(h, p)
+  local t = where(h, p)
+  if t.kind == "virtual" then return { type = "dir", size = 0, mtime = 0 } end
+  if t.kind == "null" then return { type = "char", size = 0, mtime = 0 } end
+  if t.kind == "mount" then return native.lookup(t.dir, t.rel) end
+end
+
+function M.list_files(h, path)
+  local t = resolve(h, path, "list_files", true)
+  local prefix = (path == "" or path == ".") and "" or (path:sub(-1) == "/" and path or path .. "/")
+  local base = t.path == "/" and "/" or t.path .. "/"
+  if t.kind == "virtual" then
+    local names, seen = {}, {}
+    local L = M.layout()
+    local function consider(p)
+      if p:sub(1, #base) == base and not p:find("/", #base + 1, true) and not seen[p] then
+        seen[p] = true
+        names[#names + 1] = p:sub(#base + 1)
+      end
+    end
+    for _, m in ipairs(h.mounts) do consider(m.path) end
+    for v in pairs(L.virtual) do consider(v) end
+    table.sort(names)
+    local list = {}
+    for _, n in ipairs(names) do
+      local st = shown(h, base .. n)
+      if st then list[#list + 1] = entry(n, prefix, st) end
+    end
+    return list
+  end
+  if t.kind ~= "mount" then not_found("list_files", path) end
+  local list = call(h, t, "list_files", path, "list")
+  for _, e in ipairs(list) do
+    e.path = prefix .. e.name
+    local child = base .. e.name
+    local c = where(h, child)
+    if c.kind ~= "mount" or c.m ~= t.m then     -- a mount point: show what is mounted
+      local st = shown(h, child)
+      if st then
+        e.type, e.is_dir, e.size, e.mtime = st.type, st.type == "dir", st.size, st.mtime
+      end
+    end
+  end
+  return list
+end
+
+local function join(a, b) return (a == "" or a == ".") and b or (a:gsub("/+$", "") .. "/" .. b) end
+
+---Write a tree of entries ({path, type = "dir"|"file", data, mode}) under dir,
+---each path resolved as the sandbox would.
+function M.put_tree(h, dir, entries)
+  M.mkdir(h, dir)
+  for _, e in ipairs(entries) do
+    local p = join(dir, e.path)
+    if e.type == "dir" then M.mkdir(h, p)
+    elseif e.type == "file" then
+      call(h, writable(h, p, "upload_dir", true), "upload_dir", p, "write", e.data, e.mode)
+    end
+  end
+end
+
+-- lookup of what sandbox path p names, not following a last symlink
+local function lstat(h, p, op)
+  local t = resolve(h, p, op, false)
+  if t.kind == "mount" then return native.lookup(t.dir, t.rel) end
+  return shown(h, t.path)
+end
+
+---Read the tree under dir: entries, and the rejected ones (links are not
+---followed; one pointing out of the directory is hostile).
+function M.get_tree(h, dir)
+  local entries, rejected = {}, {}
+  local function walk(rel)
+    for _, it in ipairs(M.list_files(h, rel == "" and dir or join(dir, rel))) do
+      local r = rel == "" and it.name or rel .. "/" .. it.name
+      local full = join(dir, r)
+      local st = lstat(h, full, "download_dir") or {}
+      if it.type == "dir" then
+        entries[#entries + 1] = { path = r, type = "dir", mode = st.mode }
+        walk(r)
+      elseif it.type == "file" then
+        entries[#entries + 1] = { path = r, type = "file", data = M.read_file(h, full), mode = st.mode }
+      elseif it.type == "link" then
+        local target = st.target or "/"
+        local depth, escapes = select(2, r:gsub("/", "")), target:sub(1, 1) == "/"
+        for seg in target:gmatch("[^/]+") do
+          depth = depth + (seg == ".." and -1 or seg == "." and 0 or 1)
+          if depth < 0 then escapes = true end
+        end
+        if escapes then rejected[#rejected + 1] = { path = r, reason = "symlink out of the directory" }
+        else entries[#entries + 1] = { path = r, type = "symlink" } end
+      else
+        entries[#entries + 1] = { path = r, type = it.type }
+      end
+    end
+  end
+  walk("")
+  return entries, rejected
+end
+
+-- ------------------------------------------------------------- commands
+
+local function executable(h, p)
+  local ok, t = pcall(resolve, h, p, "exec", true)
+  if not ok or t.kind ~= "mount" then return false end
+  local st = native.lookup(t.dir, t.rel)
+  return st ~= nil and st.type == "file" and st.mode & tonumber("111", 8) ~= 0
+end
+
+local function find_program(h, name, env, cwd)
+  if name:find("/", 1, true) then
+    return executable(h, name:sub(1, 1) == "/" and name or (cwd .. "/" .. name))
+  end
+  local pathvar = require("sbx.sandbox").DEFAULT_PATH
+  for _, kv in ipairs(env) do
+    if kv:sub(1, 5) == "PATH=" then pathvar = kv:sub(6) end
+  end
+  for dir in pathvar:gmatch("[^:]+") do
+    if dir:sub(1, 1) == "/" and executable(h, dir .. "/" .. name) then return true end
+  end
+  return false
+end
+
+-- Before bwrap mounts over the root's entries: recreate missing ones, and
+-- refuse a mount point that is no longer a directory (it cannot change
+-- while any command runs: the kernel keeps mount points busy).
+local function check_root(h)
+  local ok, err = native.populate(h.dir, h.top)
+  if not ok then fail("SandboxExecutionError", "the sandbox root is damaged: " .. err, "exec") end
+  for _, e in ipairs(h.top) do
+    if e.mount then
+      local st = native.lookup(h.dir, e.name)
+      if not st or st.type ~= "dir" then
+        fail("SandboxExecutionError", "the sandbox replaced its mount point /" .. e.name
+             .. " with a " .. (st and st.type or "missing entry") .. "; refusing to mount over it", "exec")
+      end
+    end
+  end
+end
+
+---Start a process. req: argv, env (list), cwd, stdin, keep_stdin, timeout,
+---max_output, stream. Returns a sbx.Proc (of bwrap, whose tree is the command's).
+function M.spawn(h, req)
+  if not h.root then fail("SandboxNotFoundError", "the sandbox was destroyed", "exec") end
+  local ready = M.probe()        -- a resumed sandbox may be this process's first
+  if not ready.ok then fail("BackendNotInstalledError", "bwrap: " .. tostring(ready.reason), "exec") end
+  check_root(h)
+  local t = resolve(h, req.cwd or M.WORKDIR, "exec", true)
+  local cwd = t.path
+  if t.kind == "mount" then
+    local st, err, code = native.lookup(t.dir, t.rel)
+    if not st then core_fail("exec", "cwd " .. (req.cwd or M.WORKDIR), err, code) end
+    if st.type ~= "dir" then fail("PathError", "cwd " .. req.cwd .. " is not a directory", "exec") end
+  elseif t.kind ~= "virtual" then
+    not_found("exec", "cwd " .. tostring(req.cwd or M.WORKDIR))
+  end
+  local prog = req.argv[1]
+  if not find_program(h, prog, req.env, cwd) then
+    fail("SandboxExecutionError", "spawn: " .. prog .. ": No such file or directory", "exec", "ENOENT")
+  end
+  if not h.line then h.line, h.fds = command_line(h) end
+  local argv = table.move(h.line, 1, #h.line, 1, {})
+  for _, kv in ipairs(req.env) do
+    local k, v = kv:match("^([^=]*)=(.*)$")
+    argv[#argv + 1] = "--setenv"; argv[#argv + 1] = k; argv[#argv + 1] = v
+  end
+  argv[#argv + 1] = "--chdir"; argv[#argv + 1] = cwd
+  argv[#argv + 1] = "--"
+  for _, a in ipairs(req.argv) do argv[#argv + 1] = a end
+  local p, err, code = proc.spawn{
+    argv = argv, env = {}, stdin = req.stdin, keep_stdin = req.keep_stdin, timeout = req.timeout,
+    max_output = req.max_output, stream = req.stream, cgroup = h.cg, fds = h.fds,
+    rlimits = h.rlimits,
+  }
+  if not p then fail("SandboxExecutionError", err, "exec", code) end
+  return p
+end
+
+return M

@@ -1,0 +1,350 @@
+--- `sbxlua selftest`: escape probes inside every available isolating
+--- backend (isolation "namespace" or stronger). Each probe tries something
+--- a sandbox must not be able to do and checks, from the host where it
+--- can, that it did not happen:
+---
+---   write outside the root      a host directory, /usr, /etc, / of the host
+---   read the host's secrets     another process's environment (a canary in
+---                               a host process), /etc/shadow
+---   reach the network when off  interfaces other than lo, a connection to
+---                               any address of the host
+---   see host processes          a host process with a tagged command line
+---   raise privileges            capabilities, no_new_privs, a new user
+---                               namespace, mount
+---   exhaust pids                a bounded fork storm: limited where the
+---                               backend claims a pids limit, and always
+---                               killed to the last process at the timeout
+---   exhaust memory              a bounded allocation beyond the limit the
+---                               backend claims (bwrap: its rlimit)
+---
+--- A probe that gets through is a FAIL and the exit status is 1; so is a
+--- probe that cannot run where the backend claims the protection (G10).
+local sbx = require "sbx"
+local proc = require "sbx.proc"
+local fs = require "sbx.fs"
+local loop = require "sbx.loop"
+local providers = require "sbx.providers"
+
+local M = {}
+
+local function shq(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+-- Capability bits no sandbox may hold (CAP_DAC_READ_SEARCH, NET_ADMIN,
+-- SYS_MODULE, SYS_RAWIO, SYS_PTRACE, SYS_ADMIN, SYS_BOOT, PERFMON, BPF).
+M.DANGEROUS_CAPS = { DAC_READ_SEARCH = 2, NET_ADMIN = 12, SYS_MODULE = 16, SYS_RAWIO = 17,
+                     SYS_PTRACE = 19, SYS_ADMIN = 21, SYS_BOOT = 22, PERFMON = 38, BPF = 39 }
+
+---What an isolating backend claims beyond the common probes: no_caps (it
+---drops every capability), pids (its default limit), memory (the create
+---options of a limit, and a bounded allocation past it, in MiB).
+function M.claims(name)
+  if name == "bwrap" then
+    return { no_caps = true, memory = { backend_options = { rlimits = { as_mb = 256 } }, mb = 512 } }
+  elseif name == "docker" then
+    return { pids = require("sbx.backends.docker").DEFAULTS.pids, memory = { memory_mb = 128, mb = 512 } }
+  end
+  return {}
+end
+
+---The host's own IPv4 addresses (not loopback), from /proc/net/fib_trie.
+function M.host_addresses()
+  local seen, out, last = {}, {}, nil
+  for line in (fs.read_host("/proc/net/fib_trie", 1 << 20) or ""):gmatch("[^\n]+") do
+    local ip = line:match("|%-%- (%d+%.%d+%.%d+%.%d+)")
+    if ip then last = ip
+    elseif line:find("/32 host LOCAL", 1, true) and last and not last:match("^127%.") and not seen[last] then
+      seen[last] = true
+      out[#out + 1] = last
+    end
+  end
+  table.sort(out)
+  return out
+end
+
+-- A host process with a tagged command line and a canary in its environment.
+local function host_witness(tag, canary)
+  return proc.spawn{ argv = { "bash", "-c", 'exec -a "$0" sleep 120', tag }, timeout = 120,
+                     env = { "PATH=/usr/bin:/bin", "SBX_SELFTEST_CANARY=" .. canary } }
+end
+
+local function host_count(pattern)
+  local p = proc.spawn{ argv = { "pgrep", "-c", "-f", pattern }, env = { "PATH=/usr/bin:/bin" }, timeout = 10 }
+  local out = p and p:wait().stdout or ""
+  if p then p:close() end
+  return tonumber(out:match("%d+")) or 0
+end
+
+-- Is there anything at host path p (not following a last symlink)?
+local function exists(p) return require("sbx.bwrap").lookup("/", p:sub(2)) ~= nil end
+
+-- ---------------------------------------------------------------- probes
+-- Each: function(ctx) -> "ok" | "FAIL" | "skip", detail. ctx: sb (a sandbox
+-- with the network on), off (one with allow_internet = false), backend,
+-- claims, new(opts), tag, canary.
+
+local probes = {}
+
+probes[#probes + 1] = { name = "write outside the root", run = function(ctx)
+  local dir = assert(fs.mkdtemp("/tmp", "sbx-selftest-"))
+  local f = io.open(dir .. "/secret", "w") f:write(ctx.canary) f:close()
+  local name = "sbx-selftest-" .. ctx.tag
+  local targets = { dir .. "/pwned", "/usr/" .. name, "/etc/" .. name, "/" .. name, "/usr/bin/" .. name }
+  local script = { "cat " .. shq(dir .. "/secret") .. " 2>/dev/null" }
+  for _, t in ipairs(targets) do script[#script + 1] = "echo x > " .. shq(t) .. " 2>/dev/null" end
+  local r = ctx.sb:execute_command(table.concat(script, "; ") .. "; true", nil, { timeout = 30 })
+  local leaked = {}
+  if r.stdout:find(ctx.canary, 1, true) then leaked[#leaked + 1] = "read " .. dir .. "/secret" end
+  for _, t in ipairs(targets) do
+    if exists(t) then leaked[#leaked + 1] = "wrote host " .. t; os.remove(t) end
+  end
+  fs.rmtree(dir)
+  if #leaked > 0 then return "FAIL", table.concat(leaked, "; ") end
+  return "ok", "a host directory is invisible; /usr, /etc and / of the host are untouched"
+end }
+
+probes[#probes + 1] = { name = "read the host's secrets", run = function(ctx)
+  local w = host_witness("sbxselftest-" .. ctx.tag, ctx.canary)
+  local r = ctx.sb:execute_command(
+    "for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done 2>/dev/null; env", nil, { timeout = 30 })
+  local shadow = ctx.sb:execute_command("cat", { "/etc/shadow" }, { timeout = 30 }).stdout
+  if w then w:close() end
+  local bad = {}
+  if r.stdout:find(ctx.canary, 1, true) then bad[#bad + 1] = "a host process's environment" end
+  -- the host's own shadow file (a container's own /etc/shadow is not the host's)
+  local host_shadow = fs.read_host("/etc/shadow", 1 << 20)
+  if host_shadow and host_shadow ~= "" and shadow == host_shadow then bad[#bad + 1] = "/etc/shadow of the host" end
+  if #bad > 0 then return "FAIL", "read " .. table.concat(bad, " and ") end
+  return "ok", "no host process's environment (canary) and no shadow file inside"
+end }
+
+probes[#probes + 1] = { name = "reach the network when it is off", run = function(ctx)
+  if not ctx.off then return "skip", "the backend does not honour allow_internet = false" end
+  local ips = M.host_addresses()
+  local r = ctx.off:execute_command("python3", { "-c", [[
+import socket, sys
+for line in open('/proc/net/dev').read().splitlines()[2:]:
+    name = line.split(':')[0].strip()
+    if name != 'lo': print('iface', name)
+for ip in sys.argv[1:]:
+    s = socket.socket(); s.settimeout(2)
+    try:
+        s.connect((ip, 9)); print('reach', ip)
+    except ConnectionRefusedError:
+        print('reach', ip)
+    except OSError as e:
+        print('blocked', ip, e.errno)
+]], table.unpack(ips) }, { timeout = 60 })
+  if r.exit_code ~= 0 then return "FAIL", "the probe could not run: " .. r.stderr:sub(1, 200) end
+  local got = {}
+  for what, x in r.stdout:gmatch("(%a+) (%S+)") do
+    if what == "iface" or what == "reach" then got[#got + 1] = what .. " " .. x end
+  end
+  if #got > 0 then return "FAIL", "with allow_internet = false: " .. table.concat(got, ", ") end
+  return "ok", string.format("only lo; %d host address(es) unreachable", #ips)
+end }
+
+probes[#probes + 1] = { name = "see host processes", run = function(ctx)
+  local tag = "sbxselftest-" .. ctx.tag .. "-ps"
+  local w = host_witness(tag, ctx.canary)
+  local r = ctx.sb:execute_command(
+    "n=0; for f in /proc/[0-9]*/cmdline; do n=$((n+1)); tr '\\0' ' ' < $f; echo; done 2>/dev/null; echo count=$n",
+    nil, { timeout = 30 })
+  if w then w:close() end
+  if r.stdout:find(tag, 1, true) then return "FAIL", "a host process is visible inside" end
+  return "ok", "own pid namespace (" .. (r.stdout:match("count=(%d+)") or "?") .. " processes visible)"
+end }
+
+probes[#probes + 1] = { name = "raise privileges", run = function(ctx)
+  local r = ctx.sb:execute_command("python3", { "-c", [[
+import ctypes, os
+st = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines() if ':' in l)
+print('capeff', int(st['CapEff'].strip(), 16))
+print('nonewprivs', st.get('NoNewPrivs', '?').strip())
+libc = ctypes.CDLL(None, use_errno=True)
+print('unshare_user', libc.unshare(0x10000000))
+# a mount of its own namespace where it can make one (nothing reaches the host)
+if libc.unshare(0x00020000) == 0:
+    libc.mount(None, b'/', None, 0x4000 | 0x40000, None)
+os.makedirs('/tmp/.sbx-selftest-mnt', exist_ok=True)
+print('mount', libc.mount(b'none', b'/tmp/.sbx-selftest-mnt', b'tmpfs', 0, None))
+]] }, { timeout = 30 })
+  if r.exit_code ~= 0 then return "FAIL", "the probe could not run: " .. r.stderr:sub(1, 200) end
+  local capeff = math.tointeger(tonumber(r.stdout:match("capeff (%d+)"))) or -1
+  local bad = {}
+  if capeff < 0 then bad[#bad + 1] = "unknown capabilities" end
+  for name, bit in pairs(M.DANGEROUS_CAPS) do
+    if capeff >= 0 and capeff & (1 << bit) ~= 0 then bad[#bad + 1] = "holds CAP_" .. name end
+  end
+  if ctx.claims.no_caps and capeff ~= 0 then bad[#bad + 1] = string.format("capabilities %x (claims none)", capeff) end
+  if r.stdout:match("nonewprivs (%S+)") ~= "1" then bad[#bad + 1] = "no_new_privs is off" end
+  if r.stdout:match("unshare_user (%-?%d+)") == "0" then bad[#bad + 1] = "created a user namespace" end
+  if r.stdout:match("mount (%-?%d+)") == "0" then bad[#bad + 1] = "mounted a filesystem" end
+  table.sort(bad)
+  if #bad > 0 then return "FAIL", table.concat(bad, "; ") end
+  return "ok", string.format("capabilities %x, no_new_privs, no user namespace, no mount", capeff)
+end }
+
+probes[#probes + 1] = { name = "exhaust pids", run = function(ctx)
+  local limit = ctx.claims.pids
+  local n = limit and (limit + 200) or 300
+  local tag = "sbxselftest-" .. ctx.tag .. "-fork"
+  local out = {}
+  local p = ctx.sb:spawn("python3", { "-c", [[
+import os, sys, time
+n, tag, made = int(sys.argv[1]), sys.argv[2], 0
+for i in range(n):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        try: os.execv('/bin/sleep', [tag, '600'])
+        finally: os._exit(1)
+    made += 1
+print('made', made, flush=True)
+time.sleep(600)
+]], tostring(n), tag }, { timeout = 60, on_stdout = function(c) out[#out + 1] = c end })
+  local t0 = loop.now()
+  while not table.concat(out):find("made %d+") and loop.now() - t0 < 30 and p._p:running() do
+    loop.sleep(0.05)
+  end
+  local r = p:wait(0.2)           -- the deadline: the whole tree goes
+  r.stdout = table.concat(out)
+  loop.sleep(0.3)
+  local survivors = host_count("^" .. tag)
+  local made = tonumber(r.stdout:match("made (%d+)"))
+  if survivors > 0 then
+    os.execute("pkill -9 -f " .. shq("^" .. tag))
+    return "FAIL", survivors .. " processes survived the timeout"
+  end
+  if not made then return "FAIL", "the probe could not run: " .. r.stderr:sub(1, 200) end
+  if limit and made >= limit then return "FAIL", string.format("made %d processes past the claimed limit %d", made, limit) end
+  if limit then return "ok", string.format("stopped at %d processes (limit %d); none survived the timeout", made, limit) end
+  return "ok", string.format("%d processes (no pids limit claimed); all killed at the timeout", made)
+end }
+
+probes[#probes + 1] = { name = "exhaust memory", run = function(ctx)
+  local m = ctx.claims.memory
+  if not m then return "skip", "the backend claims no memory limit" end
+  local opts = {}
+  for k, v in pairs(m) do if k ~= "mb" then opts[k] = v end end
+  local ok, sb = pcall(ctx.new, opts)
+  if not ok then return "FAIL", "cannot create a sandbox with the limit it claims: " .. tostring(sb) end
+  local r = sb:execute_command("python3", { "-c", [[
+import sys
+try:
+    b = bytearray(int(sys.argv[1]) * 1024 * 1024)
+    for i in range(0, len(b), 4096): b[i] = 1
+    print('allocated')
+except MemoryError:
+    print('refused')
+]], tostring(m.mb) }, { timeout = 60 })
+  sb:destroy()
+  if r.stdout:find("allocated", 1, true) then
+    return "FAIL", string.format("allocated %d MiB past the claimed limit", m.mb)
+  end
+  local how = r.stdout:find("refused", 1, true) and "MemoryError" or (r.signal or ("exit " .. tostring(r.exit_code)))
+  return "ok", string.format("%d MiB refused (%s)", m.mb, how)
+end }
+
+M.probes = probes
+
+-- ------------------------------------------------------------------ run
+
+---Backends to probe: the available ones isolating at "namespace" or more.
+function M.backends(only)
+  local all, out = providers.describe(), {}
+  for _, n in ipairs(providers.names) do
+    local d = all[n]
+    local iso = d and providers.ISOLATION[d.isolation or ""] or 0
+    if (not only or only == n) and iso >= providers.ISOLATION.namespace then
+      out[#out + 1] = { name = n, available = d.available, reason = d.reason, desc = d }
+    end
+  end
+  return out
+end
+
+---Run every probe on one backend; calls report(probe, status, detail).
+function M.run_backend(name, base_opts, report)
+  local claims = M.claims(name)
+  local made = {}
+  local function new(extra)
+    local o = {}
+    for k, v in pairs(base_opts or {}) do o[k] = v end
+    for k, v in pairs(extra or {}) do o[k] = v end
+    local sb = sbx.sandbox(name, o)
+    made[#made + 1] = sb
+    return sb
+  end
+  local ctx = { backend = name, claims = claims, new = new, tag = proc.random_hex(8),
+                canary = "sbx-canary-" .. proc.random_hex(16) }
+  local ok, err = pcall(function()
+    ctx.sb = new()
+    local d = providers.describe()[name]
+    if d.options and d.options.allow_internet then ctx.off = new{ allow_internet = false } end
+  end)
+  local failed = 0
+  for _, p in ipairs(probes) do
+    local status, detail
+    if not ok then
+      status, detail = "FAIL", "cannot create a sandbox: " .. tostring(err)
+    else
+      local pok, s, d = pcall(p.run, ctx)
+      if pok then status, detail = s, d
+      else status, detail = "FAIL", "the probe raised: " .. tostring(s) end
+    end
+    if status == "FAIL" then failed = failed + 1 end
+    report(p.name, status, detail)
+  end
+  for _, sb in ipairs(made) do pcall(sb.destroy, sb) end
+  return failed
+end
+
+---sbxlua selftest [--backend B] [--image I] [--json]
+function M.main(args, parse)
+  local o, err = parse(args, { backend = "value", image = "value", json = "bool" }, "selftest")
+  if not o then io.stderr:write("sbxlua: ", err, "\n") return 2 end
+  if o.backend then
+    local ok, e = pcall(providers.get, o.backend)
+    if not ok then io.stderr:write("sbxlua: selftest: ", tostring(e), "\n") return 2 end
+  end
+  local results, failed, passed, skipped = {}, 0, 0, 0
+  local backends = M.backends(o.backend)
+  if o.backend and #backends == 0 then
+    io.stderr:write("sbxlua: selftest: ", o.backend, " does not isolate (only namespace or stronger backends are probed)\n")
+    return 2
+  end
+  local tested = 0
+  for _, b in ipairs(backends) do
+    local rows = {}
+    results[#results + 1] = { backend = b.name, available = b.available, reason = b.reason, probes = rows }
+    if not o.json then
+      io.stdout:write("selftest ", b.name, " (", b.desc.isolation or "?", ")",
+                      b.available and "" or (": unavailable, " .. tostring(b.reason)), "\n")
+    end
+    if b.available then
+      tested = tested + 1
+      local opts = (b.name == "docker" and o.image) and { image = o.image } or nil
+      M.run_backend(b.name, opts, function(name, status, detail)
+        rows[#rows + 1] = { probe = name, status = status, detail = detail }
+        if status == "FAIL" then failed = failed + 1 elseif status == "ok" then passed = passed + 1
+        else skipped = skipped + 1 end
+        if not o.json then
+          io.stdout:write(string.format("  %-5s %s: %s\n", status, name, tostring(detail)))
+          io.stdout:flush()
+        end
+      end)
+    end
+  end
+  if o.json then
+    io.stdout:write(sbx.json.encode{ results = results, passed = passed, failed = failed, skipped = skipped }, "\n")
+  else
+    io.stdout:write(string.format("selftest: %d blocked, %d FAILED, %d skipped on %d backend(s)\n",
+                                  passed, failed, skipped, tested))
+    if tested == 0 then io.stdout:write("selftest: no isolating backend is available; nothing was verified\n") end
+  end
+  if failed > 0 or tested == 0 then return 1 end
+  return 0
+end
+
+return M

@@ -18,6 +18,7 @@
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -377,8 +378,87 @@ static int spawn_failed(lua_State *L, proc *p, int fds[4][2], int err,
   return sbx_fail_errno(L, "spawn", what, err);
 }
 
+/* resource names for proc.spawn's rlimits = { name = value } */
+static const struct { const char *name; int resource; } rlimit_names[] = {
+  {"as", RLIMIT_AS}, {"core", RLIMIT_CORE}, {"cpu", RLIMIT_CPU},
+  {"data", RLIMIT_DATA}, {"fsize", RLIMIT_FSIZE}, {"nofile", RLIMIT_NOFILE},
+  {"nproc", RLIMIT_NPROC}, {"stack", RLIMIT_STACK}};
+#define NRLIMITS (int)(sizeof rlimit_names / sizeof *rlimit_names)
+
+/* rlimits = { name = integer } at the top of the stack -> lims; count */
+static int rlimit_list(lua_State *L, sbx_rlimit *lims) {
+  int n = 0;
+  if (lua_isnil(L, -1)) return 0;
+  luaL_argcheck(L, lua_istable(L, -1), 1, "'rlimits' must be a table");
+  for (int i = 0; i < NRLIMITS; i++) {
+    lua_getfield(L, -1, rlimit_names[i].name);
+    if (!lua_isnil(L, -1)) {
+      int isint;
+      lua_Integer v = lua_tointegerx(L, -1, &isint);
+      if (!isint || v < 0)
+        luaL_error(L, "rlimits.%s must be an integer >= 0", rlimit_names[i].name);
+      lims[n].resource = rlimit_names[i].resource;
+      lims[n++].value = (unsigned long long)v;
+    }
+    lua_pop(L, 1);
+  }
+  lua_pushnil(L);                  /* no unknown names */
+  while (lua_next(L, -2)) {
+    int known = 0;
+    for (int i = 0; i < NRLIMITS && lua_type(L, -2) == LUA_TSTRING; i++)
+      known |= strcmp(lua_tostring(L, -2), rlimit_names[i].name) == 0;
+    if (!known) luaL_error(L, "rlimits: unknown limit %s", luaL_tolstring(L, -2, NULL));
+    lua_pop(L, 1);
+  }
+  return n;
+}
+
+/* fds = { data, ... } at the top of the stack: each string (<= 64 KiB)
+** will be readable to its end on fd 3, 4, ... of the child. */
+static int data_list(lua_State *L, const char **data, size_t *len) {
+  if (lua_isnil(L, -1)) return 0;
+  luaL_argcheck(L, lua_istable(L, -1), 1, "'fds' must be a list of strings");
+  int n = (int)luaL_len(L, -1);
+  luaL_argcheck(L, n <= SBX_SPAWN_MAXFDS, 1, "at most 8 'fds'");
+  for (int i = 0; i < n; i++) {
+    if (lua_rawgeti(L, -1, i + 1) != LUA_TSTRING)
+      luaL_error(L, "fds[%d] must be a string", i + 1);
+    data[i] = lua_tolstring(L, -1, &len[i]);  /* anchored by the options */
+    if (len[i] > 65536) luaL_error(L, "fds[%d] is longer than 64 KiB", i + 1);
+    lua_pop(L, 1);
+  }
+  return n;
+}
+
+/* Pipes holding data (the write ends closed): 0, or -1 with errno. */
+static int data_pipes(const char **data, const size_t *len, int n, int *out) {
+  int pp[2] = {-1, -1};
+  for (int i = 0; i < n; i++) out[i] = -1;
+  for (int i = 0; i < n; i++) {
+    if (pipe2(pp, O_CLOEXEC) < 0) goto fail;
+    out[i] = pp[0];
+    fcntl(pp[1], F_SETFL, O_NONBLOCK);   /* a full pipe fails, never hangs */
+    for (size_t off = 0; off < len[i];) {
+      ssize_t w = write(pp[1], data[i] + off, len[i] - off);
+      if (w < 0 && errno != EINTR) goto fail;
+      if (w > 0) off += (size_t)w;
+    }
+    close(pp[1]);
+    pp[1] = -1;
+  }
+  return 0;
+fail:;
+  int e = errno;
+  if (pp[1] >= 0) close(pp[1]);
+  for (int i = 0; i < n; i++)
+    if (out[i] >= 0) close(out[i]);
+  errno = e;
+  return -1;
+}
+
 /* proc.spawn{argv=, env=, cwd=, stdin=, keep_stdin=, max_output=,
-**            stream=, timeout=, cgroup=} -> Proc | nil, msg, code */
+**            stream=, timeout=, cgroup=, fds=, rlimits=}
+**   -> Proc | nil, msg, code */
 static int proc_spawn(lua_State *L) {
   char path[4096];
   int fds[4][2] = {{-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}};
@@ -408,6 +488,15 @@ static int proc_spawn(lua_State *L) {
   luaL_argcheck(L, timeout >= 0 && timeout == timeout, 1, "timeout must be >= 0");
   lua_getfield(L, 1, "cgroup");
   const char *cgparent = luaL_optstring(L, -1, NULL);
+  const char *xdata[SBX_SPAWN_MAXFDS];
+  size_t xlen[SBX_SPAWN_MAXFDS];
+  int xfd[SBX_SPAWN_MAXFDS];
+  lua_getfield(L, 1, "fds");
+  int nx = data_list(L, xdata, xlen);
+  sbx_rlimit lims[NRLIMITS];
+  lua_getfield(L, 1, "rlimits");
+  r.nrlimits = rlimit_list(L, lims);
+  r.rlimits = lims;
   lua_settop(L, 5);
 
   proc *p = lua_newuserdatauv(L, sizeof *p, 0);   /* 6, closed until ready */
@@ -439,13 +528,23 @@ static int proc_spawn(lua_State *L) {
   r.out = fds[0][1];
   r.err = fds[1][1];
   r.cgroup_fd = cgfd;
+  if (data_pipes(xdata, xlen, nx, xfd) < 0) {
+    e = errno;
+    if (cgfd >= 0) close(cgfd);
+    return spawn_failed(L, p, fds, e, "fds");
+  }
+  r.fds = xfd;
+  r.nfds = nx;
   p->start = sbx_now();
   pid_t pid = sbx_spawn(&r, &p->pidfd);
   e = errno;
   if (cgfd >= 0) close(cgfd);
+  for (int i = 0; i < nx; i++) close(xfd[i]);
   if (pid < 0)
     return spawn_failed(L, p, fds, e, r.stage == 1 ? lua_pushfstring(L, "cwd %s", cwd)
-                                      : r.stage == 2 ? argv[0] : "clone3");
+                                      : r.stage == 2 ? argv[0]
+                                      : r.stage == 3 ? "setrlimit"
+                                      : r.stage == 4 ? "fds" : "clone3");
   p->pid = pid;
   close(fds[0][1]); fds[0][1] = -1;
   close(fds[1][1]); fds[1][1] = -1;

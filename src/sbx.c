@@ -21,6 +21,9 @@ int luaopen_sbx_stream(lua_State *L);
 int luaopen_sbx_http(lua_State *L);
 int luaopen_sbx_tar(lua_State *L);
 int luaopen_sbx_demux(lua_State *L);
+int luaopen_sbx_bwrap(lua_State *L);
+int luaopen_sbx_yaml(lua_State *L);
+int luaopen_sbx_script(lua_State *L);
 
 static const embedded *find_embedded(const char *name) {
   for (const embedded *e = sbx_embedded; e->name; e++)
@@ -105,6 +108,7 @@ void sbx_openlibs(lua_State *L) {
   preload(L, "sbx.cgroup", luaopen_sbx_cgroup);
   preload(L, "sbx.agentbin", open_agentbin);
   preload(L, "sbx.stream", luaopen_sbx_stream);
+  preload(L, "sbx.bwrap", luaopen_sbx_bwrap);
 #ifdef SBX_HAVE_HTTP
   preload(L, "sbx.http", luaopen_sbx_http);
 #endif
@@ -114,6 +118,10 @@ void sbx_openlibs(lua_State *L) {
 #ifdef SBX_HAVE_DEMUX
   preload(L, "sbx.demux", luaopen_sbx_demux);
 #endif
+#ifdef SBX_HAVE_YAML
+  preload(L, "sbx.yaml", luaopen_sbx_yaml);
+#endif
+  preload(L, "sbx.script", luaopen_sbx_script);
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "searchers");
   lua_pushcfunction(L, searcher);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -94,15 +95,31 @@ static int child(void *arg) {
   setpgid(0, 0);
   if (r->cgroup_fd < 0) prctl(PR_SET_CHILD_SUBREAPER, 1);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  /* Extra fds go above their targets first, so that placing 0-2 and then
+  ** 3, 4, ... never overwrites one that is still to be moved. */
+  int parked[SBX_SPAWN_MAXFDS];
+  for (int i = 0; i < r->nfds; i++)
+    if ((parked[i] = fcntl(r->fds[i], F_DUPFD_CLOEXEC, 3 + r->nfds)) < 0) {
+      r->stage = 4;
+      goto fail;
+    }
   int in = r->in >= 0 ? r->in : open("/dev/null", O_RDONLY | O_CLOEXEC);
   move_fd(in, 0);
   move_fd(r->out, 1);
   move_fd(r->err, 2);
+  for (int i = 0; i < r->nfds; i++) dup2(parked[i], 3 + i);
   if (r->cwd && chdir(r->cwd) < 0) {
     r->stage = 1;
     goto fail;
   }
-  syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
+  for (int i = 0; i < r->nrlimits; i++) {
+    struct rlimit rl = {(rlim_t)r->rlimits[i].value, (rlim_t)r->rlimits[i].value};
+    if (setrlimit(r->rlimits[i].resource, &rl) < 0) {
+      r->stage = 3;
+      goto fail;
+    }
+  }
+  syscall(SYS_close_range, 3 + r->nfds, ~0U, CLOSE_RANGE_CLOEXEC);
   execve(r->path, r->argv, r->envp);
   r->stage = 2;
 fail:

@@ -9,14 +9,22 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#define SBX_SPAWN_MAXFDS 8
+
+typedef struct sbx_rlimit { int resource; unsigned long long value; } sbx_rlimit;
+
 typedef struct sbx_spawn_req {
   const char *path;          /* program to execve (already looked up) */
   const char *cwd;           /* NULL: inherit */
   char *const *argv, *const *envp;
   int in, out, err;          /* fds for 0, 1, 2; in < 0 means /dev/null */
   int cgroup_fd;             /* -1: none, and the child is its own subreaper */
+  const int *fds;            /* nfds more fds: they become 3, 4, ... */
+  int nfds;                  /* at most SBX_SPAWN_MAXFDS */
+  const sbx_rlimit *rlimits; /* set in the child before execve */
+  int nrlimits;
   /* set by the child when it fails before execve */
-  volatile int stage;        /* 1 chdir, 2 execve */
+  volatile int stage;        /* 1 chdir, 2 execve, 3 setrlimit, 4 fds */
   volatile int err_no;
   int report;                /* internal: pipe for fork-style clone3 */
 } sbx_spawn_req;

@@ -12,14 +12,24 @@ usage: sbxlua JOB.lua [ARGS...]        run a job script (ARGS in the global `arg
           --backend B  --policy P  --image I  --need CAP  --timeout S
           --env K=V  --file LOCAL:REMOTE  --preset NAME
        sbxlua providers [--json|--matrix]   every provider: available? capabilities, price
+       sbxlua route [--need CAP] [--only B] [--ignore B] [--isolation I] [--max-price USD]
+                    [--region R] [--cpu N] [--memory-mb N] [--policy P] [--explain] [--json]
+                                       dry-run routing: the plan and why
+       sbxlua usage [--since T] [--by provider|label|job] [--json]   spend from the ledger
+       sbxlua policy check FILE | list load + self-check a policy without using it
        sbxlua ls [--json]              live sandboxes this host owns
        sbxlua gc [--all-sessions] [--dry-run]
                                        destroy leftovers of dead sbxlua sessions
        sbxlua doctor                   what works on this machine, and fixes
+       sbxlua selftest [--backend B] [--image I] [--json]
+                                       escape probes inside each isolating backend
        sbxlua version | --help
 
-environment: SBX_STATE_DIR (journal, sandboxes), SBX_LUA_PATH (load lua/ from a
-source tree instead of the embedded copy)
+options: --config FILE (before the command) instead of $SBX_CONFIG, ./sbx.yaml,
+$XDG_CONFIG_HOME/sbxlua/config.yaml
+
+environment: SBX_STATE_DIR (journal, sandboxes, ledger), SBX_CONFIG, SBX_POLICY_PATH,
+SBX_LUA_PATH (load lua/ from a source tree instead of the embedded copy)
 ]]
 
 local function die(msg, status)
@@ -113,6 +123,12 @@ end
 M.commands = {}
 
 function M.main(argv)
+  if argv[1] == "--config" then
+    if not argv[2] then return die("--config needs a file") end
+    require("sbx.config").set_path(argv[2])
+    table.remove(argv, 1)
+    table.remove(argv, 1)
+  end
   local first = argv[1]
   if first == nil or first == "--help" or first == "-h" or first == "help" then
     io.stdout:write(USAGE)

@@ -253,9 +253,22 @@ function M.doctor(args)
        base and ("cgroup v2 at " .. base .. " (timeouts and destroy kill whole trees)")
             or ("no writable cgroup v2 (" .. tostring(why) .. "); using process groups and a /proc sweep"),
        "run as root, or under a delegated cgroup (systemd-run --user --scope -p Delegate=yes sbxlua ...)")
+  -- Per backend: what works, what is missing, and the command that fixes it.
+  local FIXES = { bwrap = "apt-get install bubblewrap",
+                  docker = "apt-get install docker.io and start the engine (systemctl start docker),"
+                           .. " or point DOCKER_HOST at one" }
   for _, n in ipairs(providers.names) do
-    local ok, reason = providers.get(n).available()
-    line(ok, "backend " .. n, ok and "available" or reason)
+    local p = providers.get(n)
+    local ok, reason = p.available()
+    line(ok, "backend " .. n, ok and "available" or reason, FIXES[n])
+    for _, c in ipairs(p.doctor and p.doctor() or {}) do
+      if c.ok == nil then
+        say("        -    ", c.what, c.detail and (": " .. c.detail) or "", "\n")
+      else
+        say(c.ok and "        ok   " or "        warn ", c.what, c.detail and (": " .. c.detail) or "", "\n")
+        if not c.ok and c.fix then say("             fix: ", c.fix, "\n") end
+      end
+    end
   end
   for _, n in ipairs(providers.planned) do
     say("-     backend ", n, ": not in this build yet\n")
@@ -264,7 +277,16 @@ function M.doctor(args)
   line(py ~= nil, "python3 for execute_code", py or "not found", "apt-get install python3")
   local ok_busted = pcall(require, "busted.runner")
   line(ok_busted, "busted (test suite)", ok_busted and "found" or "not found", "apt-get install lua-busted")
+  say("run `sbxlua selftest` to probe the isolating backends for escapes\n")
   return 0
+end
+
+-- selftest: lua/sbx/selftest.lua
+function M.selftest(args) return require("sbx.selftest").main(args, parse) end
+
+-- route, usage, policy: lua/sbx/commands_routing.lua
+for _, name in ipairs{ "route", "usage", "policy" } do
+  M[name] = function(args) return require("sbx.commands_routing")[name](args, parse) end
 end
 
 return M

@@ -64,7 +64,7 @@ local function prepare(sb, opts)
   for _, p in ipairs(paths) do sb:write_file(p, tostring(opts.files[p])) end
 end
 
-local function create_on(name, opts)
+local function create_on(name, opts, lease)
   local p = providers.get(name)
   local ok, reason = p.available()
   if not ok then errors.raise("BackendNotInstalledError", name .. ": " .. tostring(reason), { backend = name }) end
@@ -85,7 +85,8 @@ local function create_on(name, opts)
     if errors.is(h, "SandboxError") then error(h, 0) end
     errors.raise("SandboxCreationError", name .. ": " .. tostring(h), { backend = name, op = "create" })
   end
-  local sb = sandbox.new{ id = id, backend = name, provider = p, handle = h, journaled = true,
+  local tracked = router.track(p, name, opts, lease, { id = id, session = s.id })
+  local sb = sandbox.new{ id = id, backend = name, provider = tracked, handle = h, journaled = true,
                           env = check.env(opts.env_vars, "sandbox", "env_vars"),
                           command_timeout = opts.command_timeout_secs }
   owner.record{ event = "ready", id = id, state = p.session_state(h) }
@@ -96,7 +97,7 @@ local function create_on(name, opts)
     pcall(sb.destroy, sb)
     if errors.is(perr, "Cancelled") then error(perr, 0) end
     errors.raise("SandboxCreationError", "preparing the sandbox failed: " .. tostring(perr),
-                 { backend = name, op = "create" })
+                 { backend = name, op = "create", phase = "prepare" })
   end
   return sb
 end
@@ -115,19 +116,24 @@ function sbx.sandbox(backend, opts)
   backend = backend or opts.backend
   if backend then
     providers.get(backend)   -- unknown names raise ConfigError
-    return create_on(backend, opts)
+    return router.pinned(backend, opts, create_on)
   end
-  local last
-  for _, name in ipairs(router.order(opts)) do
-    local ok, sb = pcall(create_on, name, opts)
-    if ok then return sb end
-    last = sb
-    if not errors.is(sb, "SandboxCreationError") and not errors.is(sb, "BackendNotInstalledError") then
-      error(sb, 0)
-    end
-  end
-  error(last, 0)
+  return router.create(opts, create_on)
 end
+
+---Dry-run routing: { order = {...}, reasons = { name = why skipped }, plan = {...}, ... }
+function sbx.route(request)
+  return router.route(validate(request))
+end
+
+---Spend from the ledger, grouped: sbx.usage{ by = "provider"|"label"|"job", since = "24h" }
+function sbx.usage(o) return require("sbx.meter").usage(o) end
+
+---Cap this job's spend in dollars (nil: no cap); returns what is left.
+function sbx.budget(usd) return require("sbx.meter").set_budget(usd) end
+
+---Use a config file (nil: the lookup order of API.md); returns the effective config.
+function sbx.config(path) return require("sbx.config").use(path) end
 
 ---Reattach to a sandbox from its session_state(). The caller does not become
 ---its owner: it is destroyed only by an explicit destroy() or <close>.

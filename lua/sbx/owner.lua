@@ -17,10 +17,11 @@ local owned = {}         -- id -> Sandbox, in this process
 local order = {}         -- ids in creation order
 M.shutting_down = false
 
----The state directory: $SBX_STATE_DIR, $XDG_STATE_HOME/sbxlua, ~/.local/state/sbxlua.
+---The state directory: $SBX_STATE_DIR, the config's state_dir, $XDG_STATE_HOME/sbxlua, ~/.local/state/sbxlua.
 function M.state_dir()
   local d = os.getenv("SBX_STATE_DIR")
   if d and d ~= "" then return d end
+  if M.configured_state_dir then return M.configured_state_dir end   -- sbx.yaml state_dir
   d = os.getenv("XDG_STATE_HOME")
   if d and d ~= "" then return d .. "/sbxlua" end
   return (os.getenv("HOME") or "/tmp") .. "/.local/state/sbxlua"

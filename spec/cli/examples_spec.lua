@@ -1,0 +1,31 @@
+-- The examples in examples/ run as documented (on the local backend).
+local proc = require "sbx.proc"
+
+local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
+local STATE = (os.getenv("SBX_STATE_DIR") or "/tmp") .. "/examples-" .. proc.getpid()
+
+local function run(args)
+  local argv = { BIN }
+  for _, a in ipairs(args) do argv[#argv + 1] = a end
+  return assert(proc.spawn{ argv = argv, timeout = 120,
+    env = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" .. STATE, "SBX_STATE_DIR=" .. STATE } }):wait()
+end
+
+describe("examples", function()
+  it("hello.lua", function()
+    local r = run({ "examples/hello.lua" })
+    assert.equal(0, r.exit_code, r.stderr)
+    assert.matches("hello from a sandbox\n", r.stdout)
+    assert.matches("\n42\n", r.stdout)
+  end)
+  it("eval.lua over 10 tasks", function()
+    local r = run({ "examples/eval.lua", "10", "local" })
+    assert.equal(0, r.exit_code, r.stderr)
+    assert.matches("10/10 tasks passed", r.stdout)
+  end)
+  it("external_agent.lua", function()
+    local r = run({ "examples/external_agent.lua", "local" })
+    assert.equal(0, r.exit_code, r.stderr)
+    assert.matches("test exit 1 before the patch, 0 after %(ok%)", r.stdout)
+  end)
+end)

@@ -7,6 +7,7 @@ local providers = require "sbx.providers"
 local sandbox = require "sbx.sandbox"
 local tasks = require "sbx.tasks"
 local router = require "sbx.router"
+local presets = require "sbx.presets"
 
 loop.set_error_factory(errors.new)
 
@@ -37,15 +38,13 @@ local function validate(opts)
   for _, k in ipairs{ "timeout_secs", "command_timeout_secs" } do
     if opts[k] and not (opts[k] > 0) then check.bad("sandbox", k .. " must be > 0 seconds") end
   end
-  if opts.preset ~= nil then
-    check.bad("sandbox", "unknown preset '" .. tostring(opts.preset) .. "' (no presets are registered)")
-  end
+  if opts.preset ~= nil then opts.preset = presets.resolve(opts) end   -- unknown: ConfigError
   if opts.git_ref and not opts.git_repo then check.bad("sandbox", "git_ref needs git_repo") end
   return opts
 end
 
--- clone -> files (API.md order); a failure destroys the sandbox.
-local function prepare(sb, opts)
+-- clone -> files -> preset setup (API.md order); a failure destroys the sandbox.
+local function prepare(sb, opts, setup)
   if opts.git_repo then
     local name = opts.git_repo:gsub("/+$", ""):match("([^/:]+)$"):gsub("%.git$", "")
     local args = { "clone", "--depth", "1", "--quiet" }
@@ -62,6 +61,13 @@ local function prepare(sb, opts)
   for p in pairs(opts.files or {}) do paths[#paths + 1] = p end
   table.sort(paths)
   for _, p in ipairs(paths) do sb:write_file(p, tostring(opts.files[p])) end
+  for _, cmd in ipairs(setup) do
+    local r = sb:execute_command(cmd, nil, { timeout = opts.command_timeout_secs or 1800 })
+    if r.exit_code ~= 0 then
+      error("preset setup command failed (" .. (r.timed_out and "timed out" or r.signal
+            or ("exit " .. tostring(r.exit_code))) .. "): " .. cmd .. "\n" .. r.stdout .. r.stderr, 0)
+    end
+  end
 end
 
 local function create_on(name, opts, lease)
@@ -73,6 +79,9 @@ local function create_on(name, opts, lease)
     errors.raise("FeatureNotSupportedError", name .. " cannot honour " .. table.concat(miss, ", "),
                  { backend = name, op = "create" })
   end
+  local preset = opts.preset
+  opts = presets.merge(opts, preset, name, p.descriptor)
+  local setup = presets.setup_for(preset, name, opts.image, p.descriptor.options.image)
   local id = owner.new_id()
   local ttl = opts.timeout_secs or 3600
   local s = owner.before_create{ event = "create", id = id, backend = name, created = os.time(),
@@ -92,7 +101,8 @@ local function create_on(name, opts, lease)
   owner.record{ event = "ready", id = id, state = p.session_state(h) }
   owner.add(sb)
   sandbox.expire_after(sb, ttl)
-  local pok, perr = pcall(prepare, sb, opts)
+  sb._preset = preset
+  local pok, perr = pcall(prepare, sb, opts, setup)
   if not pok then
     pcall(sb.destroy, sb)
     if errors.is(perr, "Cancelled") then error(perr, 0) end
@@ -178,6 +188,11 @@ end
 function sbx.providers() return providers.describe() end
 
 sbx.agent = require "sbx.agent"
+
+---sbx.register_preset{ name =, description =, image =, setup_commands =, ... }
+function sbx.register_preset(p) return presets.register(p) end
+---name -> preset, every preset this process can use.
+function sbx.presets() return presets.all() end
 sbx.spawn = tasks.spawn
 sbx.parallel = tasks.parallel
 sbx.sleep = loop.sleep

@@ -292,8 +292,12 @@ function Sandbox:agent(spec)
   live(self, "agent")
   local agent = require "sbx.agent"
   if spec == nil or type(spec) == "string" then
-    check.bad("agent", "no preset agent spec is available"
-      .. (spec and (" for '" .. spec .. "'") or "") .. "; pass sbx.agent.inside{...} or sbx.agent.external{...}")
+    local preset = spec and require("sbx.presets").get(spec) or self._preset
+    if not (preset and preset.agent) then
+      check.bad("agent", (spec and ("preset '" .. spec .. "'") or "this sandbox's preset")
+        .. " has no agent spec; pass sbx.agent.inside{...} or sbx.agent.external{...}")
+    end
+    spec = preset.agent
   end
   return agent.bind(self, spec)
 end

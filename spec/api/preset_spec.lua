@@ -1,0 +1,113 @@
+-- Presets: built-ins, registration, explicit options win, setup commands
+-- (run, skipped on the preset's own image, failing), per-backend overrides,
+-- files in SBX_PRESET_PATH with hot reload, and the preset's agent.
+local sbx = require "sbx"
+local presets = require "sbx.presets"
+local fs = require "sbx.fs"
+local docker = require "sbx.backends.docker"
+local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
+
+local function kind_of(fn)
+  local ok, err = pcall(fn)
+  assert.is_false(ok, "expected an error")
+  return type(err) == "table" and err.kind or tostring(err), err
+end
+
+describe("presets", function()
+  it("ships codex and claude-code like the peer (2 GiB, 30 min, the CLI), plus python and node", function()
+    local all = sbx.presets()
+    for _, n in ipairs{ "codex", "claude-code", "python", "node" } do assert.is_table(all[n], n) end
+    assert.equal(2048, all.codex.memory_mb)
+    assert.equal(1800, all.codex.timeout_secs)
+    assert.same({ "npm install -g @openai/codex" }, all.codex.setup_commands)
+    assert.same({ "npm install -g @anthropic-ai/claude-code" }, all["claude-code"].setup_commands)
+    assert.equal("codex", all.codex.agent.command[1])
+  end)
+
+  it("an unknown preset is a ConfigError listing the known ones", function()
+    local kind, err = kind_of(function() sbx.sandbox("local", { preset = "nope" }) end)
+    assert.equal("ConfigError", kind)
+    assert.matches("unknown preset 'nope'", err.message)
+    assert.matches("codex", err.message)
+  end)
+
+  it("registers presets; explicit options override preset values", function()
+    sbx.register_preset{ name = "spec-env", description = "test", timeout_secs = 77,
+                         env_vars = { FROM = "preset", KEEP = "yes" }, setup_commands = { "echo set > marker" } }
+    local sb <close> = sbx.sandbox("local", { preset = "spec-env", env_vars = { FROM = "explicit" } })
+    assert.equal("explicit yes\n", sb:execute_command("sh", { "-c", "echo $FROM $KEEP" }).stdout)
+    assert.equal("set\n", sb:read_file("marker"))   -- setup ran after files/git
+    assert.equal("ConfigError", kind_of(function() sbx.register_preset{ name = "bad name!" } end))
+    assert.equal("ConfigError", kind_of(function() sbx.register_preset{ name = "x", colour = "red" } end))
+  end)
+
+  it("a preset's image is a preference: local runs it without the image, with the setup commands", function()
+    local sb <close> = sbx.sandbox("local", { preset = "python" })
+    assert.equal("local", sb.backend)
+  end)
+
+  it("a failing setup command destroys the sandbox and raises with its output", function()
+    sbx.register_preset{ name = "spec-fail", setup_commands = { "echo about to fail; echo oops >&2; exit 3" } }
+    local before = #require("sbx.owner").owned()
+    local kind, err = kind_of(function() sbx.sandbox("local", { preset = "spec-fail" }) end)
+    assert.equal("SandboxCreationError", kind)
+    assert.matches("exit 3", err.message)
+    assert.matches("about to fail", err.message)
+    assert.matches("oops", err.message)
+    assert.equal(before, #require("sbx.owner").owned())
+  end)
+
+  it("per-backend overrides apply on their backend", function()
+    sbx.register_preset{ name = "spec-over", env_vars = { WHERE = "base" },
+                         backends = { ["local"] = { env_vars = { WHERE = "local-override" } } } }
+    local sb <close> = sbx.sandbox("local", { preset = "spec-over" })
+    assert.equal("local-override\n", sb:execute_command("sh", { "-c", "echo $WHERE" }).stdout)
+  end)
+
+  it("files in SBX_PRESET_PATH-like paths load sandboxed, reload on change, keep the last good version", function()
+    local dir = assert(fs.mkdtemp("/tmp", "sbxpresets"))
+    local root = assert(fs.open_root(dir))
+    local orig = presets.path
+    presets.path = function() return { dir } end
+    root:write("spec-file.lua", 'return { name = "spec-file", env_vars = { V = "one" } }')
+    assert.equal("one", presets.get("spec-file").env_vars.V)
+    require("sbx.loop").sleep(1.1)   -- a new mtime
+    root:write("spec-file.lua", 'return { name = "spec-file", env_vars = { V = "two!" } }')
+    assert.equal("two!", presets.get("spec-file").env_vars.V)
+    require("sbx.loop").sleep(1.1)
+    root:write("spec-file.lua", 'return { name = "spec-file", env_vars = { V = ') -- broken
+    assert.equal("two!", presets.get("spec-file").env_vars.V)
+    root:write("hostile.lua", 'while true do end')
+    local kind, err = kind_of(function() presets.get("hostile") end)
+    assert.equal("ConfigError", kind)
+    assert.matches("hostile", err.message)
+    root:write("escape.lua", 'return { name = "escape", description = io.open("/etc/passwd"):read("a") }')
+    kind, err = kind_of(function() presets.get("escape") end)
+    assert.equal("ConfigError", kind)
+    assert.matches("escape%.lua:1", err.message)
+    presets.path = orig
+    root:close()
+    fs.rmtree(dir)
+  end)
+
+  it("sb:agent() uses the preset's agent spec", function()
+    sbx.register_preset{ name = "spec-agent",
+      agent = { command = { "sh", "-c", 'printf "agent got: %s" "$1"', "a" }, input_mode = "argv" } }
+    local sb <close> = sbx.sandbox("local", { preset = "spec-agent" })
+    assert.equal("agent got: hi", sb:agent():run("hi").stdout)
+    assert.equal("ConfigError", kind_of(function() sbx.sandbox("local"):agent() end))
+  end)
+
+  if docker.available() then
+    it("on the preset's own image, setup commands are skipped", function()
+      sbx.register_preset{ name = "spec-image", image = IMAGE, setup_commands = { "exit 1" } }
+      local sb <close> = sbx.sandbox("docker", { preset = "spec-image" })
+      assert.equal("ok\n", sb:execute_command("echo ok").stdout)
+      -- another image: the setup runs (and here fails)
+      sbx.register_preset{ name = "spec-image2", image = "some/other:image",
+                           setup_commands = { "echo ran > /tmp/setup-ran" } }
+      local sb2 <close> = sbx.sandbox("docker", { preset = "spec-image2", image = IMAGE })
+      assert.equal("ran\n", sb2:read_file("/tmp/setup-ran"))
+    end)
+  end
+end)

@@ -7,8 +7,10 @@ return {
   setup_commands = { "npm install -g @openai/codex" },
   memory_mb = 2048,
   timeout_secs = 1800,
-  -- non-interactive: `codex exec` runs one task and exits; --full-auto lets
-  -- it edit files and run commands inside the sandbox without asking
-  agent = { kind = "inside", command = { "codex", "exec", "--full-auto", "--skip-git-repo-check" },
-            input_mode = "argv" },
+  -- non-interactive: `codex exec` runs one task and exits, reading the
+  -- prompt from stdin when none is given (so any size works); approvals and
+  -- codex's own sandbox are off because sbxlua's sandbox is the boundary
+  agent = { kind = "inside", command = { "codex", "exec", "--skip-git-repo-check",
+                                         "--dangerously-bypass-approvals-and-sandbox" },
+            input_mode = "stdin" },
 }

@@ -98,6 +98,32 @@ describe("presets", function()
     assert.equal("ConfigError", kind_of(function() sbx.sandbox("local"):agent() end))
   end)
 
+  local function image_exists(name)
+    local f = io.popen("docker image inspect " .. name .. " >/dev/null 2>&1 && echo yes")
+    local out = f:read("a")
+    f:close()
+    return out == "yes\n"
+  end
+
+  if docker.available() and image_exists("sbxlua/codex:1") then
+    it("the codex preset's image has the CLI its agent spec calls", function()
+      local sb <close> = sbx.sandbox("docker", { preset = "codex" })
+      local v = sb:execute_command("codex", { "--version" })
+      assert.equal(0, v.exit_code, v.stderr)
+      assert.matches("^codex%-cli %d+%.%d+", v.stdout)
+      -- the flags of the spec exist in this CLI (a run needs credentials)
+      local help = sb:execute_command("codex", { "exec", "--help" }).stdout
+      for _, flag in ipairs{ "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox" } do
+        assert.is_truthy(help:find(flag, 1, true), flag)
+      end
+      assert.equal("codex", sb:agent().name)
+    end)
+  elseif os.getenv("SBX_REQUIRE_DOCKER") == "1" then
+    it("the codex preset's image was built", function()
+      assert.is_true(image_exists("sbxlua/codex:1"), "images/build-presets.sh codex did not run")
+    end)
+  end
+
   if docker.available() then
     it("on the preset's own image, setup commands are skipped", function()
       sbx.register_preset{ name = "spec-image", image = IMAGE, setup_commands = { "exit 1" } }

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Builds the preset images (images/<preset>/Dockerfile) locally, tagged as
+# the presets name them (presets/<preset>.lua): sbxlua/codex:1 and
+# sbxlua/claude-code:1. Needs the test image (images/test/build.sh) as the
+# base, Debian's mirror and the npm registry. Usage: build-presets.sh [NAME...]
+set -euo pipefail
+cd "$(dirname "$0")"
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=(codex claude-code)
+ca=/etc/ssl/certs/ca-certificates.crt
+for n in "${names[@]}"; do
+  ctx=$(mktemp -d)
+  cp "$n/Dockerfile" "$ctx/"
+  if [ -s "$ca" ]; then cp "$ca" "$ctx/extra-ca.crt"; else : > "$ctx/extra-ca.crt"; fi
+  echo "building sbxlua/$n:1"
+  docker build -q -t "sbxlua/$n:1" "$ctx" >/dev/null
+  rm -rf "$ctx"
+done

@@ -5,6 +5,7 @@ local sbx = require "sbx"
 local docker = require "sbx.backends.docker"
 
 local BACKENDS = { { "local", {} } }
+if require("sbx.backends.bwrap").available() then BACKENDS[#BACKENDS + 1] = { "bwrap", {} } end
 if docker.available() then
   BACKENDS[#BACKENDS + 1] = { "docker", { image = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm" } }
 end

@@ -157,6 +157,20 @@ end
 -- destroy_all at exit: closing the Lua state does, through this finalizer.
 M._sentinel = setmetatable({}, { __gc = function() pcall(M.destroy_all) end })
 
+---Sandbox directories a host-directory backend keeps under
+---<state>/<kind>/<session>/<id>.XXXXXX, as gc's list of what exists.
+function M.sandbox_dirs(kind)
+  local found = {}
+  local top = M.state_dir() .. "/" .. kind
+  for _, session in ipairs(fs.list_host(top) or {}) do
+    for _, name in ipairs(fs.list_host(top .. "/" .. session) or {}) do
+      found[#found + 1] = { session = session, id = name:match("^(.-)%.") or name,
+                            dir = top .. "/" .. session .. "/" .. name }
+    end
+  end
+  return found
+end
+
 -- ------------------------------------------------------------- read back
 
 local function read_journal(path)

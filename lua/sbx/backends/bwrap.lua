@@ -458,17 +458,7 @@ function M.reap(entry)
 end
 
 ---Sandbox directories on disk, grouped by session (the list gc trusts).
-function M.list_owned()
-  local found = {}
-  local top = owner.state_dir() .. "/bwrap"
-  for _, session in ipairs(fs.list_host(top) or {}) do
-    for _, name in ipairs(fs.list_host(top .. "/" .. session) or {}) do
-      found[#found + 1] = { session = session, id = name:match("^(.-)%.") or name,
-                            dir = top .. "/" .. session .. "/" .. name }
-    end
-  end
-  return found
-end
+function M.list_owned() return owner.sandbox_dirs("bwrap") end
 
 function M.forget_session(session)
   os.remove(sandboxes_dir(session))

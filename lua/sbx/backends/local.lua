@@ -134,17 +134,7 @@ function M.reap(entry)
 end
 
 ---Resources on disk, grouped by session (the provider's own list for gc).
-function M.list_owned()
-  local found = {}
-  local top = owner.state_dir() .. "/local"
-  for _, session in ipairs(fs.list_host(top) or {}) do
-    for _, name in ipairs(fs.list_host(top .. "/" .. session) or {}) do
-      found[#found + 1] = { session = session, id = name:match("^(.-)%.") or name,
-                            dir = top .. "/" .. session .. "/" .. name }
-    end
-  end
-  return found
-end
+function M.list_owned() return owner.sandbox_dirs("local") end
 
 ---Remove a dead session's now-empty containers (directory, cgroup).
 function M.forget_session(session)

@@ -13,3 +13,20 @@ clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 echo "fuzz: yaml for ${secs} s"
 "$out/yaml_fuzz" -max_total_time="$secs" -max_len=4096 -timeout=10 -rss_limit_mb=1024 \
   -artifact_prefix="$out/" "$out/corpus-yaml" fuzz/corpus/yaml 2>&1 | tail -n 5
+
+# The other parsers of untrusted bytes: archives from the engine, and its
+# multiplexed stream (a third and a sixth of the time, at least 10 s each).
+run_target() {  # name secs sources...
+  local name=$1 t=$2; shift 2
+  clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+    -D_GNU_SOURCE $(pkg-config --cflags lua5.4 libarchive) -Isrc "$@" \
+    $(pkg-config --libs lua5.4 libarchive) -o "$out/${name}_fuzz"
+  mkdir -p "$out/corpus-$name"
+  echo "fuzz: $name for ${t} s"
+  "$out/${name}_fuzz" -max_total_time="$t" -max_len=16384 -timeout=10 -rss_limit_mb=1024 \
+    -artifact_prefix="$out/" "$out/corpus-$name" "fuzz/corpus/$name" 2>&1 | tail -n 2
+}
+third=$(( secs / 3 > 10 ? secs / 3 : 10 ))
+sixth=$(( secs / 6 > 10 ? secs / 6 : 10 ))
+run_target tar "$third" fuzz/tar_fuzz.c src/ltar.c src/loop.c
+run_target demux "$sixth" fuzz/demux_fuzz.c src/ldemux.c src/loop.c

@@ -179,10 +179,11 @@ function M.gc(args)
   for _, s in pairs(dead) do
     for _, e in ipairs(s.sandboxes) do journaled[e.id] = true end
   end
-  local extra = {}
+  local extra, listed = {}, {}
   for _, name in ipairs(providers.names) do
     local p = providers.get(name)
     for _, r in ipairs(p.list_owned and p.list_owned() or {}) do
+      if r.id then listed[name .. "/" .. r.id] = r end
       if not live_sessions[r.session] and not owner.session_alive(r.session, r.lock)
          and not journaled[r.id] then
         extra[#extra + 1] = { provider = p, entry = { id = r.id, session = r.session,
@@ -208,6 +209,12 @@ function M.gc(args)
   for _, s in pairs(dead) do
     sessions = sessions + 1
     for _, e in ipairs(s.sandboxes) do
+      -- killed between "create" and "ready": the journal knows the id, the
+      -- backend's listing knows where it is
+      local r = listed[(e.backend or "") .. "/" .. e.id]
+      if r and not e.state then
+        e.state = { dir = r.dir, own = r.dir ~= nil, container = r.container }
+      end
       local ok, p = pcall(providers.get, e.backend)
       if ok then reap(p, e, s) end
     end

@@ -30,7 +30,7 @@ function M.parallel(items, fn, opts)
   if type(fn) ~= "function" then check.bad("parallel", "fn must be a function") end
   opts = check.options(opts, { concurrency = "integer", collect_errors = "boolean" }, "parallel")
   local n = #items
-  local width = opts.concurrency or n
+  local width = opts.concurrency or math.max(n, 1)
   if width < 1 then check.bad("parallel", "concurrency must be >= 1") end
   local results, errs, nexti, failure = {}, {}, 1, nil
   local workers = {}

@@ -377,7 +377,13 @@ local function handle(st)
               roots = {} }
   h.mounts = mounts_of(L, h.dir, h.workdir)
   h.top = top_entries(L, h.workdir)
-  h.root = fs.open_root(h.dir)
+  local root, rerr, rcode = fs.open_root(h.dir)
+  if not root then                 -- e.g. out of fds (EMFILE), or gone
+    errors.raise(rcode == "ENOENT" and "SandboxNotFoundError" or "SandboxCreationError",
+                 "cannot open the sandbox directory " .. h.dir .. ": " .. tostring(rerr),
+                 { backend = "bwrap", code = rcode })
+  end
+  h.root = root
   return h
 end
 
@@ -427,7 +433,10 @@ function M.resume(state)
 end
 
 function M.is_alive(h)
-  return h.root ~= nil and fs.open_root(h.dir) ~= nil
+  if not h.root then return false end
+  local r = fs.open_root(h.dir)
+  if r then r:close() end
+  return r ~= nil
 end
 
 local function close_roots(h)

@@ -486,8 +486,12 @@ function M.spawn(h, req)
     -- written by a task of its own: a command that answers while it reads
     -- must not deadlock against us
     e.writer = loop.spawn(function()
-      if #req.stdin > 0 then e.s:write(req.stdin) end
-      e.s:shutdown()
+      -- the command may end (or time out) before it read everything: then
+      -- the stream is closed under us, which is no error of the caller's
+      pcall(function()
+        if #req.stdin > 0 then e.s:write(req.stdin) end
+        e.s:shutdown()
+      end)
     end)
   elseif not req.keep_stdin then
     e.s:shutdown()

@@ -69,7 +69,14 @@ function M.create(spec)
       h.cg = scg .. "/" .. spec.id
     end
   end
-  h.root = fs.open_root(dir)
+  local root, rerr, rcode = fs.open_root(dir)
+  if not root then                 -- e.g. out of fds (EMFILE): fail whole
+    if h.cg then cgroup.remove(h.cg) end
+    if own then fs.rmtree(dir) end
+    errors.raise("SandboxCreationError", "cannot open the sandbox directory: " .. tostring(rerr),
+                 { backend = "local", op = "create", code = rcode, retryable = rcode == "EMFILE" })
+  end
+  h.root = root
   return h
 end
 
@@ -91,7 +98,10 @@ function M.resume(state)
 end
 
 function M.is_alive(h)
-  return h.root ~= nil and fs.open_root(h.dir) ~= nil
+  if not h.root then return false end
+  local r = fs.open_root(h.dir)
+  if r then r:close() end
+  return r ~= nil
 end
 
 -- Kill every process of the sandbox: its cgroup, or (no cgroup) every

@@ -1,0 +1,109 @@
+-- Hostile commands and a starved sbxlua (RELIABILITY.md's catalogue): a
+-- fork bomb under a timeout, output floods on every backend, and sbxlua
+-- itself with 256 fds: clear errors, nothing hangs, nothing is left.
+local sbx = require "sbx"
+local proc = require "sbx.proc"
+local loop = require "sbx.loop"
+
+local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
+local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
+local STATE = (os.getenv("SBX_STATE_DIR") or "/tmp") .. "/adv-" .. proc.getpid()
+
+local BACKENDS = { { "local", {} } }
+if require("sbx.backends.bwrap").available() then BACKENDS[#BACKENDS + 1] = { "bwrap", {} } end
+if require("sbx.backends.docker").available() then BACKENDS[#BACKENDS + 1] = { "docker", { image = IMAGE } } end
+
+local function survivors(tag)
+  local f = io.popen("pgrep -f '[" .. tag:sub(1, 1) .. "]" .. tag:sub(2) .. "' | wc -l")
+  local n = tonumber(f:read("a"))
+  f:close()
+  return n
+end
+
+describe("adversarial commands", function()
+  for _, b in ipairs(BACKENDS) do
+    it("a flood of output on " .. b[1] .. " keeps sbxlua's memory bounded", function()
+      local sb <close> = sbx.sandbox(b[1], b[2])
+      local function hwm()
+        local f = io.open("/proc/self/status")
+        local kb = tonumber(f:read("a"):match("VmHWM:%s+(%d+)"))
+        f:close()
+        return kb
+      end
+      local before = hwm()
+      local r = sb:execute_command("sh", { "-c", "head -c 200000000 /dev/urandom; yes | head -c 100000000 >&2" },
+                                   { timeout = 120 })
+      assert.equal(0, r.exit_code)
+      assert.is_true(r.truncated)
+      assert.equal(1024 * 1024, #r.stdout)
+      assert.equal(1024 * 1024, #r.stderr)
+      assert.is_true(hwm() - before < 48 * 1024, "peak RSS grew by more than 48 MiB")
+    end)
+
+    it("stdin that is never closed and a reader that never drains it do not hang on " .. b[1], function()
+      local sb <close> = sbx.sandbox(b[1], b[2])
+      local t0 = loop.now()
+      local r = sb:execute_command("sleep", { "30" }, { stdin = string.rep("x", 4 * 1024 * 1024), timeout = 1 })
+      assert.is_true(r.timed_out)
+      assert.is_true(loop.now() - t0 < 15)
+    end)
+  end
+
+  if require("sbx.backends.docker").available() then
+    it("a fork bomb dies with its timeout, whole (docker: PidsLimit bounds it)", function()
+      local sb <close> = sbx.sandbox("docker", { image = IMAGE })
+      local tag = "sbxbomb" .. math.random(1e9)
+      local t0 = loop.now()
+      local r = sb:execute_command("bash", { "-c", "b() { exec -a " .. tag .. " bash -c 'b() { b & b & wait; }; b' ; }; b" },
+                                   { timeout = 3 })
+      assert.is_true(r.timed_out)
+      assert.is_true(loop.now() - t0 < 30)
+      loop.sleep(0.5)
+      assert.equal(0, survivors(tag))
+      assert.equal("alive\n", sb:execute_command("echo alive").stdout)
+    end)
+  end
+end)
+
+describe("sbxlua with few fds (ulimit -n 256)", function()
+  it("fails creates clearly when fds run out, and recovers", function()
+    os.execute("mkdir -p " .. STATE)
+    local job = STATE .. "/fds.lua"
+    local f = io.open(job, "w")
+    f:write([[
+      local ok_n, errs = 0, {}
+      local held = {}
+      for i = 1, 400 do
+        local ok, sb = pcall(sbx.sandbox, "local")
+        if ok then held[#held + 1] = sb else errs[#errs + 1] = sb; break end
+      end
+      -- out of fds, a command fails with a typed error too, never a crash
+      local ok0, e0 = pcall(held[1].execute_command, held[1], "true", {})
+      assert(ok0 or (type(e0) == "table" and e0.kind), "untyped failure: " .. tostring(e0))
+      -- free some: the others work again
+      for i = 1, 100 do held[i]:destroy() end
+      local good = 0
+      for i = 101, #held do
+        local ok, r = pcall(held[i].execute_command, held[i], "true", {})
+        if ok and r.exit_code == 0 then good = good + 1 end
+      end
+      for _, sb in ipairs(held) do sb:destroy() end
+      -- and with them gone, there is room again
+      local sb <close> = sbx.sandbox("local")
+      print(#held, good, (sb:execute_command("echo", { "again" }).stdout:gsub("\n", "")),
+            errs[1] and (errs[1].kind or tostring(errs[1])) or "none")
+    ]])
+    f:close()
+    local p = assert(proc.spawn{ argv = { "bash", "-c", 'ulimit -n 256 && exec "$0" "$1"', BIN, job },
+      env = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" .. STATE, "SBX_STATE_DIR=" .. STATE },
+      timeout = 120 })
+    local r = p:wait()
+    assert.equal(0, r.exit_code, r.stderr)
+    local held, good, kind = r.stdout:match("^(%d+)\t(%d+)\tagain\t(%S+)")
+    assert.is_not_nil(held, r.stdout .. r.stderr)
+    assert.equal(tonumber(held) - 100, tonumber(good))
+    assert.is_true(tonumber(held) < 400, "the fds never ran out: the test proves nothing")
+    assert.matches("Error$", kind)      -- a typed error, not a crash or a raw string
+    os.execute("rm -rf " .. STATE)
+  end)
+end)

@@ -229,6 +229,17 @@ end
 function M.set_path(path) explicit = path; current = nil end
 
 ---The settings of one provider ({} when none).
+---A search path: the directories of $env (colon-separated), then the
+---config's `key` list. With `lenient`, a broken config only drops its part.
+function M.search_path(env, key, lenient)
+  local dirs = {}
+  for d in (os.getenv(env) or ""):gmatch("[^:]+") do dirs[#dirs + 1] = d end
+  local ok, cfg = true, nil
+  if lenient then ok, cfg = pcall(M.get) else cfg = M.get() end
+  for _, d in ipairs(ok and cfg[key] or {}) do dirs[#dirs + 1] = d end
+  return dirs
+end
+
 function M.provider(name) return M.get().providers[name] or {} end
 
 return M

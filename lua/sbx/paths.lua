@@ -35,4 +35,15 @@ function M.split(abs)
   return dir == "" and "/" or dir, base
 end
 
+---Does a symlink at `rel` (relative to a directory) with `target` point out
+---of that directory? Absolute targets always do.
+function M.link_escapes(rel, target)
+  local depth, escapes = select(2, rel:gsub("/", "")), target:sub(1, 1) == "/"
+  for seg in target:gmatch("[^/]+") do
+    depth = depth + (seg == ".." and -1 or seg == "." and 0 or 1)
+    if depth < 0 then escapes = true end
+  end
+  return escapes
+end
+
 return M

@@ -203,18 +203,8 @@ end
 
 local function exists(p) return script.stat(p) ~= nil end
 
-local function split(s)
-  local out = {}
-  for d in (s or ""):gmatch("[^:]+") do out[#out + 1] = d end
-  return out
-end
-
 ---The search path: $SBX_POLICY_PATH, the config's policy_path, the built-ins.
-function M.path()
-  local dirs = split(os.getenv("SBX_POLICY_PATH"))
-  for _, d in ipairs(require("sbx.config").get().policy_path or {}) do dirs[#dirs + 1] = d end
-  return dirs
-end
+function M.path() return require("sbx.config").search_path("SBX_POLICY_PATH", "policy_path") end
 
 ---Resolve a policy name or file to its cache key (a path or builtin:<name>).
 function M.resolve(name)

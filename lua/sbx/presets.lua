@@ -58,18 +58,8 @@ end
 
 -- ----------------------------------------------------------- files
 
-local function split(s)
-  local out = {}
-  for d in (s or ""):gmatch("[^:]+") do out[#out + 1] = d end
-  return out
-end
-
-function M.path()
-  local dirs = split(os.getenv("SBX_PRESET_PATH"))
-  local ok, cfg = pcall(function() return require("sbx.config").get() end)
-  for _, d in ipairs(ok and cfg.preset_path or {}) do dirs[#dirs + 1] = d end
-  return dirs
-end
+-- (a broken config must not hide the built-in presets)
+function M.path() return require("sbx.config").search_path("SBX_PRESET_PATH", "preset_path", true) end
 
 -- The whole returned table crosses out of the capped state by copy.
 local WRAP_HEAD = "local __preset = (function(...) "

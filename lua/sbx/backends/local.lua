@@ -227,12 +227,7 @@ function M.get_tree(h, dir)
       elseif it.type == "link" then
         -- never followed; one that points out of the directory is hostile
         local target = fs.readlink(h.dir .. "/" .. full:gsub("^/+", "")) or "/"
-        local depth, escapes = select(2, r:gsub("/", "")), target:sub(1, 1) == "/"
-        for seg in target:gmatch("[^/]+") do
-          depth = depth + (seg == ".." and -1 or seg == "." and 0 or 1)
-          if depth < 0 then escapes = true end
-        end
-        if escapes then rejected[#rejected + 1] = { path = r, reason = "symlink out of the directory" }
+        if require("sbx.paths").link_escapes(r, target) then rejected[#rejected + 1] = { path = r, reason = "symlink out of the directory" }
         else entries[#entries + 1] = { path = r, type = "symlink" } end
       else
         entries[#entries + 1] = { path = r, type = it.type }

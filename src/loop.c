@@ -529,6 +529,98 @@ static int loop_sleep(lua_State *L) {
 }
 
 
+/* ----------------------------------------------------------------- events */
+
+/* loop.event(): tasks wait on it until another task notifies it; several
+** readers of one shared stream (the agent's) take turns this way. */
+#define EVENT_MT "sbx.Event"
+
+typedef struct ev_node {
+  sbx_timer tm;                 /* first: the timer callback casts back */
+  sbx_waiter w;
+  sbx_loop *lp;
+  struct ev_node *next, **pprev;
+  int notified;
+} ev_node;
+
+typedef struct event { ev_node *head; } event;
+
+static void ev_unlink(ev_node *n) {
+  if (!n->pprev) return;
+  *n->pprev = n->next;
+  if (n->next) n->next->pprev = n->pprev;
+  n->next = NULL;
+  n->pprev = NULL;
+}
+
+static void ev_timeout(sbx_timer *tm) {
+  ev_node *n = (ev_node *)tm;
+  ev_unlink(n);
+  sbx_wake(n->lp, &n->w);
+}
+
+static int ev_wait_k(lua_State *L, int status, lua_KContext ctx) {
+  ev_node *n = (ev_node *)ctx;
+  (void)status;
+  sbx_timer_stop(n->lp, &n->tm);
+  if (!n->w.done) {
+    ev_unlink(n);
+    sbx_unwait(n->lp, &n->w);
+    return sbx_raise_cancelled(L);
+  }
+  lua_pushboolean(L, n->notified);
+  return 1;
+}
+
+/* ev:wait([secs]) -> true when notified, false when secs passed first */
+static int ev_wait(lua_State *L) {
+  event *e = luaL_checkudata(L, 1, EVENT_MT);
+  double secs = luaL_optnumber(L, 2, -1);
+  sbx_check_cancel(L);
+  ev_node *n = lua_newuserdatauv(L, sizeof *n, 1);
+  memset(n, 0, sizeof *n);
+  lua_pushvalue(L, 1);
+  lua_setiuservalue(L, -2, 1);              /* the event outlives its waiters */
+  n->lp = sbx_loop_get(L);
+  n->tm.idx = -1;
+  n->tm.cb = ev_timeout;
+  n->next = e->head;
+  if (e->head) e->head->pprev = &n->next;
+  e->head = n;
+  n->pprev = &e->head;
+  if (secs >= 0) sbx_timer_start(n->lp, &n->tm, secs);
+  return sbx_await(L, &n->w, (lua_KContext)n, ev_wait_k);
+}
+
+/* ev:notify(): wake every task waiting now (later waiters wait for the
+** next notify). */
+static int ev_notify(lua_State *L) {
+  event *e = luaL_checkudata(L, 1, EVENT_MT);
+  ev_node *n;
+  while ((n = e->head) != NULL) {
+    ev_unlink(n);
+    n->notified = 1;
+    sbx_wake(n->lp, &n->w);
+  }
+  return 0;
+}
+
+static int loop_event(lua_State *L) {
+  event *e = lua_newuserdatauv(L, sizeof *e, 0);
+  e->head = NULL;
+  if (luaL_newmetatable(L, EVENT_MT)) {
+    lua_createtable(L, 0, 2);
+    lua_pushcfunction(L, ev_wait);
+    lua_setfield(L, -2, "wait");
+    lua_pushcfunction(L, ev_notify);
+    lua_setfield(L, -2, "notify");
+    lua_setfield(L, -2, "__index");
+  }
+  lua_setmetatable(L, -2);
+  return 1;
+}
+
+
 /* --------------------------------------------------------------- signals */
 
 /* The handler only writes to a pipe the loop watches; a second signal
@@ -697,6 +789,7 @@ static const luaL_Reg task_methods[] = {
 static const luaL_Reg loop_funcs[] = {
   {"spawn", loop_spawn},
   {"sleep", loop_sleep},
+  {"event", loop_event},
   {"run", loop_run},
   {"now", loop_now},
   {"current", loop_current},

@@ -85,4 +85,32 @@ describe("sbx.loop", function()
     t:join()
     assert.equal("done", t:status())
   end)
+  it("an event wakes every task waiting on it, and times out otherwise", function()
+    local ev, woken = loop.event(), {}
+    local ts = {}
+    for i = 1, 3 do ts[i] = loop.spawn(function() woken[i] = ev:wait() end) end
+    loop.sleep(0.01)
+    assert.same({}, woken)
+    ev:notify()
+    for i = 1, 3 do ts[i]:join() end
+    assert.same({ true, true, true }, woken)
+    local t0 = loop.now()
+    assert.is_false(ev:wait(0.02))          -- nobody notifies: the timeout
+    assert.is_true(loop.now() - t0 >= 0.015)
+    ev:notify()                             -- no waiter: nothing happens
+  end)
+
+  it("a cancelled waiter leaves the event usable", function()
+    local ev = loop.event()
+    local a = loop.spawn(function() return ev:wait() end)
+    local b = loop.spawn(function() return ev:wait(5) end)
+    loop.sleep(0.01)
+    a:cancel()
+    local ok = a:join()
+    assert.is_false(ok)
+    ev:notify()
+    local okb, v = b:join()
+    assert.is_true(okb)
+    assert.is_true(v)
+  end)
 end)

@@ -14,6 +14,7 @@ local loop = require "sbx.loop"
 local errors = require "sbx.errors"
 local owner = require "sbx.owner"
 local paths = require "sbx.paths"
+local agentlink = require "sbx.agentlink"
 
 local M = {}
 
@@ -168,6 +169,24 @@ end
 
 function M.home() return M.WORKDIR end
 
+function M.doctor()
+  local out = {}
+  local ok, ep = pcall(connect)
+  out[1] = { ok = ok, what = "engine", detail = ok and (ep.host .. ", API " .. ep.prefix:sub(3))
+             or (type(ep) == "table" and ep.message or tostring(ep)),
+             fix = "apt-get install docker.io and start dockerd (or set DOCKER_HOST)" }
+  local m = mode()
+  out[2] = { what = "exec path", detail = m == "engine"
+    and "engine exec per command (SBX_DOCKER_EXEC=engine): about 100 ms a command"
+    or ("one sbx-agent stream per container (protocol " .. require("sbx.wire").VERSION
+        .. "); the engine's exec is the fallback for a container where the agent cannot start") }
+  if M.fallback then
+    out[3] = { ok = false, what = "fallback used", detail = M.fallback,
+               fix = "check that the image can run a static x86_64/aarch64 program from /.sbx/bin" }
+  end
+  return out
+end
+
 -- ---------------------------------------------------------------- create
 
 local function merge(into, from)
@@ -309,6 +328,7 @@ function M.create(spec)
     if errors.is(err, "SandboxError") then error(err, 0) end
     fail("SandboxCreationError", "create: " .. tostring(err), { op = "create" })
   end
+  pcall(M.link_of, h)   -- the agent starts now, so the first command does not wait for it
   return h
 end
 
@@ -334,7 +354,10 @@ function M.is_alive(h)
   return ok and info.State and info.State.Running == true or false
 end
 
-function M.destroy(h) remove_container(h.cid) end
+function M.destroy(h)
+  if h.link then h.link:close() end
+  remove_container(h.cid)
+end
 
 function M.list_owned()
   local filters = json.encode{ label = { "sbxlua.host=" .. owner.hostname() } }
@@ -404,12 +427,6 @@ local function agent(h, args, op)
   return table.concat(out), table.concat(err), math.tointeger(info.ExitCode)
 end
 
-local SIGNAMES = { [1] = "SIGHUP", [2] = "SIGINT", [3] = "SIGQUIT", [4] = "SIGILL", [6] = "SIGABRT",
-  [7] = "SIGBUS", [8] = "SIGFPE", [9] = "SIGKILL", [10] = "SIGUSR1", [11] = "SIGSEGV",
-  [12] = "SIGUSR2", [13] = "SIGPIPE", [14] = "SIGALRM", [15] = "SIGTERM" }
-local STRERROR = { [2] = "No such file or directory", [13] = "Permission denied",
-  [8] = "Exec format error", [20] = "Not a directory", [21] = "Is a directory" }
-
 local Exec = {}
 Exec.__index = Exec
 Exec.__close = function(e) e:close() end
@@ -453,9 +470,86 @@ function hijack(eid, op)
   return s, rest
 end
 
+-- ------------------------------------------------------- the agent link
+
+-- Every operation goes through one `sbx-agent serve` per container, started
+-- once over a hijacked exec stream: a command then costs a frame each way
+-- instead of an engine exec (a new runc process each time). The engine's
+-- own exec and archive endpoints remain the fallback: SBX_DOCKER_EXEC=engine
+-- (or M.exec_mode) forces it, and an agent that cannot start selects it
+-- for that sandbox, remembered in M.fallback for `sbxlua doctor`.
+M.exec_mode = nil
+
+local function mode()
+  return M.exec_mode or os.getenv("SBX_DOCKER_EXEC") or "agent"
+end
+
+-- The agent's protocol bytes are the exec's stdout; its stderr is kept for
+-- the message when the link fails.
+local function transport(s, pending)
+  local d = demux.new()
+  local t = { diag = "" }
+  function t.read()
+    while true do
+      local chunk, msg = pending, nil
+      pending = nil
+      if not chunk or chunk == "" then chunk, msg = s:read() end
+      if not chunk then return nil, msg or (t.diag ~= "" and t.diag) or nil end
+      local frames, ferr = d:feed(chunk)
+      if not frames then return nil, ferr end
+      local out = {}
+      for _, f in ipairs(frames) do
+        if f.stream == 1 then out[#out + 1] = f.data
+        else t.diag = (t.diag .. f.data):sub(-2000) end
+      end
+      if #out > 0 then return table.concat(out) end
+    end
+  end
+  function t.write(data) return s:write(data) end
+  function t.close() s:close() end
+  return t
+end
+
+local function open_link(h)
+  local res = api("POST", "/containers/" .. q(h.cid) .. "/exec", { 201 }, { op = "exec",
+    body = { AttachStdout = true, AttachStderr = true, AttachStdin = true, Tty = false,
+             Cmd = M.SERVE or { M.AGENT, "serve" } },
+    conflict = "SandboxNotFoundError" })
+  local s, pending = hijack(res.json.Id, "exec")
+  return agentlink.open(transport(s, pending), 15)
+end
+
+---The sandbox's agent link, (re)opened on demand; nil when this sandbox
+---uses the engine's exec path.
+local function link_of(h)
+  if h.link and not h.link.broken then return h.link end
+  if mode() == "engine" or h.no_agent then return nil end
+  local ok, link, why = pcall(open_link, h)
+  if ok and link then
+    h.link = link
+    return link
+  end
+  if not ok and errors.is(link, "SandboxNotFoundError") then error(link, 0) end
+  h.no_agent = "sbx-agent serve did not start: " .. tostring(ok and why or (type(link) == "table" and link.message or link))
+  M.fallback = h.no_agent
+  return nil
+end
+M.link_of = link_of
+
 ---Start a command through sbx-agent. req: argv, env, cwd, stdin, keep_stdin,
 ---timeout, max_output, stream.
 function M.spawn(h, req)
+  local link = link_of(h)
+  if link then
+    return link:spawn{ argv = req.argv, env = req.env, stdin = req.stdin, keep_stdin = req.keep_stdin,
+      cwd = paths.resolve(M.WORKDIR, req.cwd or M.WORKDIR, "exec"), timeout = req.timeout,
+      max_output = req.max_output, stream = req.stream, want_pid = req.want_pid }
+  end
+  return M.engine_spawn(h, req)
+end
+
+---The fallback: one engine exec per command, supervised by `sbx-agent run`.
+function M.engine_spawn(h, req)
   local nonce = hex(16)
   local pidfile = M.RUNDIR .. "/" .. nonce .. ".pid"
   local cmd = { M.AGENT, "run", "--pidfile", pidfile, "--stdin", "-",
@@ -599,29 +693,9 @@ function Exec:wait()
   self.streaming = false
   self:_guard(function() while self:_pump() do end end)
   local st = self.status
-  local r = { stdout = table.concat(self.out), stderr = table.concat(self.err),
-              truncated = self.truncated, timed_out = false,
-              duration_ms = math.floor(self.duration * 1000 + 0.5) }
-  if st.kind == "exit" then
-    r.exit_code = st.n
-  elseif st.kind == "signal" then
-    r.signal = SIGNAMES[st.n] or ("SIG" .. st.n)
-  elseif st.kind == "timeout" or (st.kind == "killed" and self.expired) then
-    r.timed_out, r.signal = true, "SIGKILL"
-  elseif st.kind == "killed" then
-    r.signal = "SIGKILL"
-  elseif st.kind == "noexec" then
-    fail("SandboxExecutionError", "spawn: " .. self.argv0 .. ": " .. (STRERROR[st.n] or ("errno " .. st.n)),
-         { op = "exec", code = st.n == 2 and "ENOENT" or "EEXEC" })
-  elseif st.kind == "nocwd" then
-    fail(st.n == 2 and "FileNotFoundError" or "PathError",
-         "cwd " .. tostring(self.cwd) .. ": " .. (STRERROR[st.n] or ("errno " .. st.n)), { op = "exec" })
-  else
-    fail("SandboxExecutionError", "exec: the command's supervisor ended without a status"
-         .. (self.failure and (" (" .. self.failure .. ")") or "") .. "; the container may have stopped",
-         { op = "exec" })
-  end
-  return r
+  st.expired, st.why = self.expired, self.failure
+  return agentlink.result(st, { stdout = table.concat(self.out), stderr = table.concat(self.err),
+    truncated = self.truncated, duration_ms = math.floor(self.duration * 1000 + 0.5) }, self.argv0, self.cwd)
 end
 
 function Exec:running() return not self.eof end
@@ -664,9 +738,33 @@ end
 
 local function abs(path, op) return paths.resolve(M.WORKDIR, path, op) end
 
+-- A failed agent file operation as the typed error of the facade.
+local function file_error(op, p, errno, msg)
+  local code = agentlink.ERRNO[errno]
+  if errno == 2 then fail("FileNotFoundError", op .. ": " .. p .. ": No such file or directory", { op = op }) end
+  if errno == 27 then fail("SandboxExecutionError", op .. ": " .. msg, { op = op, code = "ETOOBIG" }) end
+  if errno == 20 or errno == 21 or errno == 39 or errno == 17 then
+    fail("PathError", op .. ": " .. msg, { op = op, code = code })
+  end
+  fail("SandboxExecutionError", op .. ": " .. tostring(msg), { op = op, code = code })
+end
+
+local function dirname(p) return p:match("^(.*)/[^/]*$") end
+
 function M.write_file(h, path, data)
   local p = abs(path, "write_file")
   if p == "/" then fail("PathError", "write_file: / is a directory", { op = "write_file" }) end
+  local link = link_of(h)
+  if link then
+    local ok, errno, msg = link:write_file(p, data, tonumber("644", 8))
+    if not ok and errno == 2 then           -- like the archive path: parents are made
+      local dok, derr, dmsg = link:mkdir(dirname(p))
+      if not dok then file_error("write_file", p, derr, dmsg) end
+      ok, errno, msg = link:write_file(p, data, tonumber("644", 8))
+    end
+    if not ok then file_error("write_file", p, errno, msg) end
+    return
+  end
   local archive, err = tar.pack({ { path = p:sub(2), data = data, mode = tonumber("644", 8) } },
                                 { parents = false })
   if not archive then fail("PathError", "write_file: " .. err, { op = "write_file" }) end
@@ -678,6 +776,16 @@ end
 function M.read_file(h, path, max)
   local p = abs(path, "read_file")
   max = max or 256 * 1024 * 1024
+  local link = link_of(h)
+  if link then
+    local data, errno, msg = link:read_file(p, max)
+    if not data and errno == 27 then
+      fail("SandboxExecutionError", "read_file: " .. p .. " is larger than the cap of " .. max .. " bytes",
+           { op = "read_file", code = "ETOOBIG" })
+    end
+    if not data then file_error("read_file", p, errno, msg) end
+    return data
+  end
   local res = api("GET", "/containers/" .. q(h.cid) .. "/archive?path=" .. q(p), { 200 },
                   { op = "read_file", not_found = "FileNotFoundError", bad_request = "PathError",
                     max_body = max + 1024 * 1024, timeout = 300 })
@@ -696,6 +804,18 @@ end
 
 function M.list_files(h, path)
   local p = abs(path, "list_files")
+  local link = link_of(h)
+  if link then
+    local entries, errno, msg = link:list(p)
+    if not entries then file_error("list_files", p, errno, msg) end
+    local prefix = path == "" and "" or (path:sub(-1) == "/" and path or path .. "/")
+    for _, e in ipairs(entries) do
+      e.path, e.is_dir = prefix .. e.name, e.type == "dir"
+      e.size, e.mtime = math.tointeger(e.size), math.tointeger(e.mtime)
+    end
+    table.sort(entries, function(a, b) return a.name < b.name end)
+    return entries
+  end
   local out, err, code = agent(h, { "ls", p }, "list_files")
   if code == 3 then fail("FileNotFoundError", "list_files: " .. p .. ": No such file or directory", { op = "list_files" }) end
   if code == 4 then fail("PathError", "list_files: " .. p .. ": Not a directory", { op = "list_files" }) end
@@ -763,6 +883,12 @@ end
 
 function M.mkdir(h, path)
   local p = abs(path, "mkdir")
+  local link = link_of(h)
+  if link then
+    local ok, errno, msg = link:mkdir(p)
+    if not ok then file_error("mkdir", p, errno, msg) end
+    return
+  end
   local _, err, code = agent(h, { "mkdir", p }, "mkdir")
   if code == 4 then fail("PathError", "mkdir: " .. err, { op = "mkdir" }) end
   if code ~= 0 then fail("SandboxExecutionError", "mkdir: " .. err, { op = "mkdir" }) end
@@ -771,6 +897,13 @@ end
 function M.remove(h, path, recursive)
   local p = abs(path, "remove")
   if p == "/" then fail("PathError", "remove: refusing to remove /", { op = "remove" }) end
+  local link = link_of(h)
+  if link then
+    local ok, errno, msg = link:remove(p, recursive)
+    if not ok and errno == 39 then fail("PathError", "remove: " .. p .. ": directory not empty", { op = "remove" }) end
+    if not ok then file_error("remove", p, errno, msg) end
+    return
+  end
   local args = recursive and { "rm", "-r", p } or { "rm", p }
   local _, err, code = agent(h, args, "remove")
   if code == 3 then fail("FileNotFoundError", "remove: " .. p .. ": No such file or directory", { op = "remove" }) end

@@ -1,0 +1,392 @@
+--- A link to an `sbx-agent serve` over one byte stream (docs/agent-protocol.md):
+--- many commands and file operations in flight at once. Whoever waits
+--- reads the shared stream for everyone, one reader at a time; the others
+--- wait on an event until the reader has dispatched what it read.
+local loop = require "sbx.loop"
+local wire = require "sbx.wire"
+local errors = require "sbx.errors"
+
+local M = {}
+
+M.SIGNAMES = { [1] = "SIGHUP", [2] = "SIGINT", [3] = "SIGQUIT", [4] = "SIGILL", [6] = "SIGABRT",
+  [7] = "SIGBUS", [8] = "SIGFPE", [9] = "SIGKILL", [10] = "SIGUSR1", [11] = "SIGSEGV",
+  [12] = "SIGUSR2", [13] = "SIGPIPE", [14] = "SIGALRM", [15] = "SIGTERM" }
+M.STRERROR = { [2] = "No such file or directory", [13] = "Permission denied",
+  [8] = "Exec format error", [20] = "Not a directory", [21] = "Is a directory",
+  [17] = "File exists", [27] = "File too large", [39] = "Directory not empty",
+  [28] = "No space left on device", [30] = "Read-only file system" }
+M.ERRNO = { [2] = "ENOENT", [13] = "EACCES", [20] = "ENOTDIR", [21] = "EISDIR", [17] = "EEXIST",
+  [27] = "EFBIG", [39] = "ENOTEMPTY", [28] = "ENOSPC", [30] = "EROFS", [1] = "EPERM" }
+
+local CHUNK = 1024 * 1024          -- stdin and file data go in frames of at most this
+local UNCAPPED = 1 << 62           -- streaming: the host caps what it keeps
+
+local function fail(kind, msg, op)
+  errors.raise(kind, msg, { op = op })
+end
+
+---The result table of a finished command from the supervisor's status
+---{kind, n}; raises for a command that never started.
+function M.result(st, fields, argv0, cwd)
+  local r = fields
+  r.timed_out = false
+  if st.kind == "exit" then
+    r.exit_code = st.n
+  elseif st.kind == "signal" then
+    r.signal = M.SIGNAMES[st.n] or ("SIG" .. st.n)
+  elseif st.kind == "timeout" or (st.kind == "killed" and st.expired) then
+    r.timed_out, r.signal = true, "SIGKILL"
+  elseif st.kind == "killed" then
+    r.signal = "SIGKILL"
+  elseif st.kind == "noexec" then
+    errors.raise("SandboxExecutionError", "spawn: " .. argv0 .. ": " .. (M.STRERROR[st.n] or ("errno " .. st.n)),
+                 { op = "exec", code = st.n == 2 and "ENOENT" or "EEXEC" })
+  elseif st.kind == "nocwd" then
+    fail(st.n == 2 and "FileNotFoundError" or "PathError",
+         "cwd " .. tostring(cwd) .. ": " .. (M.STRERROR[st.n] or ("errno " .. st.n)), "exec")
+  else
+    fail("SandboxExecutionError", "exec: the command's supervisor ended without a status"
+         .. (st.why and (" (" .. st.why .. ")") or "") .. "; the sandbox may have stopped", "exec")
+  end
+  return r
+end
+
+-- ------------------------------------------------------------------ link
+
+local Link = {}
+Link.__index = Link
+
+---t: read() -> chunk | nil, msg; write(data) -> true | nil, msg; close().
+---Waits for the agent's hello; nil, message when it does not come.
+function M.open(t, timeout)
+  local link = setmetatable({ t = t, d = wire.decoder(), next_id = 0, waiting = {},
+                              rev = loop.event(), wev = loop.event() }, Link)
+  local timer = loop.spawn(function()
+    loop.sleep(timeout or 30)
+    if not link.hello then link:_broken("the agent did not answer within " .. (timeout or 30) .. " s") end
+  end)
+  local ok, err = pcall(function() while not link.hello and link:_pump() do end end)
+  timer:cancel()
+  if not ok then link:close() error(err, 0) end
+  if not link.hello then
+    link:close()
+    return nil, link.broken
+  end
+  return link
+end
+
+function Link:_broken(why)
+  if self.broken then return end
+  self.broken = why
+  pcall(self.t.close)
+  local waiting = self.waiting
+  self.waiting = {}
+  for _, w in pairs(waiting) do w:_lost(why) end
+  self.rev:notify()
+end
+
+function Link:_dispatch(f)
+  if f.id == 0 then
+    if f.kind == "H" then
+      local version, proto = wire.fields("H", f.payload)
+      if proto ~= wire.VERSION then
+        return self:_broken("the agent speaks protocol " .. tostring(proto) .. ", not " .. wire.VERSION)
+      end
+      self.hello = version
+    elseif f.kind == "E" then
+      self:_broken("the agent refused the stream: " .. tostring(wire.fields("E", f.payload)))
+    end
+    return
+  end
+  local w = self.waiting[f.id]
+  if w then w:_on(f) end             -- frames of a request we gave up on are dropped
+end
+
+-- Read one chunk and dispatch it, or wait for the task that is reading.
+-- False once the stream is gone.
+function Link:_pump()
+  if self.broken then return false end
+  if self.reading then
+    self.rev:wait()
+    return not self.broken
+  end
+  self.reading = true
+  local ok, chunk, msg = pcall(self.t.read)
+  self.reading = false
+  if not ok then
+    self.rev:notify()
+    error(chunk, 0)
+  end
+  if not chunk then
+    self:_broken(msg or "the agent closed its stream")
+    return false
+  end
+  local frames, ferr = self.d:feed(chunk)
+  if not frames then
+    self:_broken(ferr)
+    return false
+  end
+  for _, f in ipairs(frames) do self:_dispatch(f) end
+  self.rev:notify()
+  return true
+end
+
+-- Frames from several tasks must not interleave.
+function Link:_send(data)
+  if self.broken then return nil, self.broken end
+  while self.writing do self.wev:wait() end
+  self.writing = true
+  local ok, res, msg = pcall(self.t.write, data)
+  self.writing = false
+  self.wev:notify()
+  if not ok then error(res, 0) end
+  if not res then
+    self:_broken(msg or "write failed")
+    return nil, self.broken
+  end
+  return true
+end
+
+function Link:_id(w)
+  self.next_id = self.next_id + 1
+  self.waiting[self.next_id] = w
+  return self.next_id
+end
+
+function Link:close()
+  self:_broken("closed")
+end
+
+-- ------------------------------------------------------------- file ops
+
+local Op = {}
+Op.__index = Op
+
+function Op:_on(f)
+  if f.kind == "D" then
+    self.data[#self.data + 1] = f.payload
+  elseif f.kind == "Z" then
+    self.errno, self.msg = wire.fields("Z", f.payload)
+    self.done = true
+    self.link.waiting[self.id] = nil
+  elseif f.kind == "E" then
+    self.errno, self.msg, self.done = -1, wire.fields("E", f.payload) or "bad answer", true
+    self.link.waiting[self.id] = nil
+  end
+end
+
+function Op:_lost(why)
+  self.errno, self.msg, self.done = -1, "the agent's stream broke: " .. why, true
+end
+
+-- Send a request and wait for its Z: data, or nil, errno, message
+-- (errno -1: the link or the request itself failed).
+function Link:_call(make)
+  local op = setmetatable({ link = self, data = {} }, Op)
+  op.id = self:_id(op)
+  local ok, err = self:_send(make(op.id))
+  if not ok then return nil, -1, err end
+  while not op.done and self:_pump() do end
+  if not op.done then op:_lost(self.broken or "closed") end
+  if op.errno ~= 0 then return nil, op.errno, op.msg end
+  return table.concat(op.data)
+end
+
+function Link:read_file(path, max)
+  return self:_call(function(id) return wire.read(id, path, max) end)
+end
+
+function Link:write_file(path, data, mode)
+  local pos = 1
+  repeat
+    local part = data:sub(pos, pos + CHUNK - 1)
+    local ok, errno, msg = self:_call(function(id) return wire.write(id, path, part, mode, pos > 1) end)
+    if not ok then return nil, errno, msg end
+    pos = pos + CHUNK
+  until pos > #data
+  return true
+end
+
+-- A list of { name, type, size, mtime }.
+function Link:list(path)
+  local raw, errno, msg = self:_call(function(id) return wire.list(id, path) end)
+  if not raw then return nil, errno, msg end
+  local out = {}
+  for kind, size, mtime, name in raw:gmatch("(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z") do
+    out[#out + 1] = { name = name, type = kind, size = tonumber(size), mtime = tonumber(mtime) }
+  end
+  return out
+end
+
+function Link:stat(path)
+  local raw, errno, msg = self:_call(function(id) return wire.stat(id, path) end)
+  if not raw then return nil, errno, msg end
+  local kind, size, mtime, mode = raw:match("^(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z$")
+  return { type = kind, size = tonumber(size), mtime = tonumber(mtime), mode = tonumber(mode or "", 8) }
+end
+
+function Link:remove(path, recursive)
+  return self:_call(function(id) return wire.remove(id, path, recursive) end)
+end
+
+function Link:mkdir(path)
+  return self:_call(function(id) return wire.mkdir(id, path) end)
+end
+
+-- ------------------------------------------------------------- commands
+
+local Exec = {}
+Exec.__index = Exec
+Exec.__close = function(e) e:close() end
+
+---Start a command. req: argv, env, cwd, stdin, keep_stdin, timeout,
+---max_output, stream. Returns an Exec (read, wait, running, kill, expire,
+---write, close_stdin, close).
+function Link:spawn(req)
+  local e = setmetatable({ link = self, argv0 = req.argv[1], cwd = req.cwd,
+    max = req.max_output or 1048576, streaming = req.stream, start = loop.now(),
+    out = {}, outn = 0, err = {}, errn = 0, truncated = false,
+    queue = {}, qhead = 1, qtail = 0 }, Exec)
+  e.id = self:_id(e)
+  local stdin = req.stdin or ""
+  local big = #stdin > CHUNK
+  local ok, err = self:_send(wire.run(e.id, {
+    argv = req.argv, env = req.env, cwd = req.cwd or "", timeout = req.timeout,
+    keep_stdin = req.keep_stdin or big, stdin = big and "" or stdin,
+    max_output = req.stream and UNCAPPED or e.max }))
+  if not ok then
+    self.waiting[e.id] = nil
+    fail("SandboxExecutionError", "exec: the agent's stream broke: " .. tostring(err), "exec")
+  end
+  if big then
+    -- a task of its own: a command that answers while it reads must not
+    -- deadlock against us
+    e.writer = loop.spawn(function()
+      for pos = 1, #stdin, CHUNK do
+        if e.status or not self:_send(wire.stdin(e.id, stdin:sub(pos, pos + CHUNK - 1))) then return end
+      end
+      self:_send(wire.stdin(e.id, ""))
+    end)
+  end
+  if req.want_pid then
+    while not e.pid and not e.status and self:_pump() do end
+  end
+  return e
+end
+
+function Exec:_capture(which, data)
+  local n = which == 1 and self.outn or self.errn
+  local room = self.max - n
+  if #data > room then
+    self.truncated = true
+    data = data:sub(1, room)
+  end
+  if #data > 0 then
+    local buf = which == 1 and self.out or self.err
+    buf[#buf + 1] = data
+    if which == 1 then self.outn = n + #data else self.errn = n + #data end
+  end
+end
+
+function Exec:_on(f)
+  if f.kind == "O" then
+    local which = f.payload:byte(1)
+    local data = f.payload:sub(2)
+    self:_capture(which, data)
+    if self.streaming and #data > 0 then
+      self.qtail = self.qtail + 1
+      self.queue[self.qtail] = { which == 1 and "stdout" or "stderr", data }
+    end
+  elseif f.kind == "P" then
+    self.pid = wire.fields("P", f.payload)
+  elseif f.kind == "X" then
+    local kind, n, truncated = wire.fields("X", f.payload)
+    self.status = { kind = kind or "lost", n = n, why = not kind and "a bad exit record" or nil }
+    if truncated == 1 then self.truncated = true end
+    self:_end()
+  elseif f.kind == "E" then
+    self.status = { kind = "lost", why = "the agent refused the command: " .. tostring(wire.fields("E", f.payload)) }
+    self:_end()
+  end
+end
+
+function Exec:_end()
+  self.duration = loop.now() - self.start
+  self.link.waiting[self.id] = nil
+end
+
+function Exec:_lost(why)
+  if self.status then return end
+  self.status = { kind = "lost", why = why }
+  self.duration = loop.now() - self.start
+end
+
+-- If the caller is cancelled (or errors) mid-wait, the command must die too.
+function Exec:_guard(fn)
+  local ok, err = pcall(fn)
+  if not ok then
+    pcall(self.kill, self)
+    error(err, 0)
+  end
+end
+
+function Exec:read()
+  self:_guard(function()
+    while self.qhead > self.qtail and not self.status and self.link:_pump() do end
+  end)
+  local item = self.queue[self.qhead]
+  if not item then return nil end
+  self.queue[self.qhead] = nil
+  self.qhead = self.qhead + 1
+  return item[1], item[2]
+end
+
+function Exec:wait()
+  self.streaming = false
+  self:_guard(function() while not self.status and self.link:_pump() do end end)
+  if not self.status then self:_lost(self.link.broken or "closed") end
+  local st = self.status
+  st.expired = self.expired
+  return M.result(st, { stdout = table.concat(self.out), stderr = table.concat(self.err),
+    truncated = self.truncated, duration_ms = math.floor(self.duration * 1000 + 0.5) },
+    self.argv0, self.cwd)
+end
+
+function Exec:running() return not self.status end
+
+function Exec:kill(sig)
+  if self.status then return end
+  self.link:_send(wire.signal(self.id, sig or 9))
+end
+
+function Exec:expire()
+  self.expired = true
+  self:kill(9)
+end
+
+function Exec:write(data)
+  if self.status or self.stdin_closed then return nil, "write: stdin is closed", "EPIPE" end
+  for pos = 1, #data, CHUNK do
+    local ok, err = self.link:_send(wire.stdin(self.id, data:sub(pos, pos + CHUNK - 1)))
+    if not ok then return nil, "write: " .. tostring(err), "EPIPE" end
+  end
+  return true
+end
+
+function Exec:close_stdin()
+  if not self.stdin_closed and not self.status then
+    self.stdin_closed = true
+    self.link:_send(wire.stdin(self.id, ""))
+  end
+end
+
+function Exec:close()
+  if not self.status then
+    pcall(self.kill, self, 9)
+    self.link.waiting[self.id] = nil
+    self.status = { kind = "killed" }
+  end
+  if self.writer then self.writer:cancel() end
+end
+
+return M

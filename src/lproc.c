@@ -544,7 +544,7 @@ static int proc_spawn(lua_State *L) {
     return spawn_failed(L, p, fds, e, r.stage == 1 ? lua_pushfstring(L, "cwd %s", cwd)
                                       : r.stage == 2 ? argv[0]
                                       : r.stage == 3 ? "setrlimit"
-                                      : r.stage == 4 ? "fds" : "clone3");
+                                      : r.stage == 4 ? "fds" : r.stage == 5 ? "cgroup" : "clone3");
   p->pid = pid;
   close(fds[0][1]); fds[0][1] = -1;
   close(fds[1][1]); fds[1][1] = -1;

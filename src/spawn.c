@@ -84,6 +84,15 @@ static void move_fd(int from, int to) {
 static const int reset_signals[] = {SIGPIPE, SIGHUP, SIGINT, SIGQUIT, SIGTERM,
   SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD, SIGTTIN, SIGTTOU, SIGTSTP, SIGXFSZ};
 
+/* The legacy clone has no CLONE_INTO_CGROUP: the child moves itself. */
+static int join_cgroup(int cgroup_fd) {
+  int fd = openat(cgroup_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = write(fd, "0", 1);
+  close(fd);
+  return n == 1 ? 0 : -1;
+}
+
 /* In the child: system calls only, until execve. */
 static int child(void *arg) {
   sbx_spawn_req *r = arg;
@@ -93,6 +102,10 @@ static int child(void *arg) {
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
   setpgid(0, 0);
+  if (r->legacy && r->cgroup_fd >= 0 && join_cgroup(r->cgroup_fd) < 0) {
+    r->stage = 5;
+    goto fail;
+  }
   if (r->cgroup_fd < 0) prctl(PR_SET_CHILD_SUBREAPER, 1);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   /* Extra fds go above their targets first, so that placing 0-2 and then
@@ -131,11 +144,38 @@ fail:
   _exit(127);
 }
 
+/* Fork-style: the child runs on a copy of our memory and reports a failure
+** before execve through a pipe. `legacy`: the old clone syscall, for
+** seccomp profiles that refuse clone3 (Docker's answers ENOSYS, and so does
+** the bwrap backend's own filter, inside which sbx-agent runs). */
+static pid_t spawn_forked(sbx_spawn_req *r, struct clone_args *ca, int *pidfd, int legacy) {
+  int rep[2] = {0, 0}, fds[2];
+  if (pipe2(fds, O_CLOEXEC) < 0) return -1;
+  r->report = fds[1];
+  r->legacy = legacy;
+  pid_t pid = legacy ? (pid_t)syscall(SYS_clone, SIGCHLD | CLONE_PIDFD, 0, pidfd, 0, 0)
+                     : (pid_t)syscall(SYS_clone3, ca, sizeof *ca);
+  if (pid == 0) child(r);
+  int saved = errno;
+  close(fds[1]);
+  if (pid > 0 && read(fds[0], rep, sizeof rep) == (ssize_t)sizeof rep) {
+    r->stage = rep[0];
+    r->err_no = rep[1];
+  }
+  close(fds[0]);
+  r->report = -1;
+  errno = saved;
+  return pid;
+}
+
+static int refused(int err) { return err == ENOSYS || err == EPERM; }
+
 pid_t sbx_spawn(sbx_spawn_req *r, int *pidfd) {
   struct clone_args ca;
   memset(&ca, 0, sizeof ca);
   r->stage = r->err_no = 0;
   r->report = -1;
+  r->legacy = 0;
   *pidfd = -1;
   ca.flags = CLONE_PIDFD | (r->cgroup_fd >= 0 ? CLONE_INTO_CGROUP : 0);
   ca.pidfd = (uint64_t)(uintptr_t)pidfd;
@@ -144,31 +184,24 @@ pid_t sbx_spawn(sbx_spawn_req *r, int *pidfd) {
   pid_t pid;
 #ifdef SBX_CLONE_TRAMPOLINE
   _Alignas(16) char stack[32768];
-  ca.flags |= CLONE_VM | CLONE_VFORK;
-  ca.stack = (uint64_t)(uintptr_t)stack;
-  ca.stack_size = sizeof stack;
-  pid = (pid_t)sbx_clone3(&ca, sizeof ca, child, r);
-  if (pid < 0) {
+  struct clone_args va = ca;
+  va.flags |= CLONE_VM | CLONE_VFORK;
+  va.stack = (uint64_t)(uintptr_t)stack;
+  va.stack_size = sizeof stack;
+  pid = (pid_t)sbx_clone3(&va, sizeof va, child, r);
+  if (pid < 0 && refused(-pid)) {
+    pid = spawn_forked(r, &ca, pidfd, 1);
+  } else if (pid < 0) {
     errno = -pid;
     return -1;
   }
 #else
-  int rep[2] = {0, 0}, fds[2];
-  if (pipe2(fds, O_CLOEXEC) < 0) return -1;
-  r->report = fds[1];
-  pid = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
-  if (pid == 0) child(r);
-  close(fds[1]);
-  if (pid > 0 && read(fds[0], rep, sizeof rep) == (ssize_t)sizeof rep) {
-    r->stage = rep[0];
-    r->err_no = rep[1];
-  }
-  close(fds[0]);
-  r->report = -1;
-  if (pid < 0) return -1;
+  pid = spawn_forked(r, &ca, pidfd, 0);
+  if (pid < 0 && refused(errno)) pid = spawn_forked(r, &ca, pidfd, 1);
 #endif
-  /* With CLONE_VFORK the child has exec'd or failed by now. (Without it,
-  ** a failure shows up as an exit before we look; see lproc.c's reap.) */
+  if (pid < 0) return -1;
+  /* With CLONE_VFORK the child has exec'd or failed by now; fork-style, the
+  ** pipe told us. (A later failure shows up as an exit: lproc.c's reap.) */
   if (r->stage) {
     siginfo_t si;
     waitid(P_PIDFD, *pidfd, &si, WEXITED);

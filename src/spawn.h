@@ -24,9 +24,10 @@ typedef struct sbx_spawn_req {
   const sbx_rlimit *rlimits; /* set in the child before execve */
   int nrlimits;
   /* set by the child when it fails before execve */
-  volatile int stage;        /* 1 chdir, 2 execve, 3 setrlimit, 4 fds */
+  volatile int stage;        /* 1 chdir, 2 execve, 3 setrlimit, 4 fds, 5 cgroup */
   volatile int err_no;
   int report;                /* internal: pipe for fork-style clone3 */
+  int legacy;                /* internal: the old clone (clone3 refused) */
 } sbx_spawn_req;
 
 /* Returns the pid (and *pidfd) or -1: errno for clone3 failures, or

@@ -51,6 +51,13 @@ function M.result(st, fields, argv0, cwd)
   return r
 end
 
+---A short, stable name for an agent build (FNV-1a over a sample of it).
+function M.hash(blob)
+  local h = 0xcbf29ce484222325 ~ #blob
+  for i = 1, #blob, 16 do h = ((h ~ blob:byte(i)) * 0x100000001b3) & 0xffffffffffff end
+  return string.format("%012x", h)
+end
+
 -- ------------------------------------------------------------------ link
 
 local Link = {}

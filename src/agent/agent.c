@@ -33,34 +33,26 @@
 **   sbx-agent mkdir PATH
 **     Like mkdir -p (mode 0755). Exit 4 when a component is not a directory.
 **
+**   sbx-agent serve
+**     The multiplexed protocol of docs/agent-protocol.md on stdin/stdout:
+**     many commands and file operations at once (serve.c).
+**
 **   sbx-agent version
 */
-#include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/signalfd.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "../proctree.h"
+#include "agent.h"
+#include "fsops.h"
+#include "supervise.h"
 
-#define AGENT_VERSION "1"
 #define FINAL_DRAIN (1024 * 1024)
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void write_all(int fd, const char *p, size_t n) {
   while (n > 0) {
@@ -146,22 +138,42 @@ fail:
   _exit(127);
 }
 
+/* cmd_run's relay between the command's pipes and its own stdout/stderr */
+typedef struct relays { struct pollfd fds[2]; } relays;
+
+static void relay_ready(void *ud) {
+  relays *r = ud;
+  for (int i = 0; i < 2; i++)
+    if (r->fds[i].fd >= 0 && r->fds[i].revents &&
+        relay(r->fds[i].fd, i + 1, 16 * 65536))
+      r->fds[i].fd = -1;
+}
+
+/* Why the child failed before exec, from its report pipe: 0 when it ran. */
+static int start_failure(int rep, sup_end *end) {
+  int why[2];
+  ssize_t n;
+  while ((n = read(rep, why, sizeof why)) < 0 && errno == EINTR) {}
+  close(rep);
+  if (n != (ssize_t)sizeof why) return 0;
+  *end = (sup_end){why[0] == 1 ? SUP_NOCWD : SUP_NOEXEC, why[1]};
+  return 1;
+}
+
+/* `run` keeps its fork + execvp start: its command inherits the agent's
+** environment and PATH search, as the engine-exec fallback expects (serve
+** builds both from the request and starts commands with sbx_spawn). */
 static int cmd_run(int argc, char **argv) {
   options o;
   int out[2], err[2], rep[2];
+  sigset_t set;
   if (parse(argc, argv, &o) < 0) {
     fprintf(stderr, "usage: sbx-agent run [--timeout S] [--stdin FILE] [--cwd DIR] -- PROG [ARGS]\n");
     return 2;
   }
-  prctl(PR_SET_CHILD_SUBREAPER, 1);
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGCHLD);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGHUP);
+  sup_signals(&set);
   sigprocmask(SIG_BLOCK, &set, NULL);
-  int sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  int sfd = sup_start();
   signal(SIGPIPE, SIG_IGN);
   if (sfd < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0 ||
       pipe2(rep, O_CLOEXEC) < 0) {
@@ -184,61 +196,40 @@ static int cmd_run(int argc, char **argv) {
   close(out[1]);
   close(err[1]);
   close(rep[1]);
-  int why[2];
-  ssize_t n;
-  while ((n = read(rep[0], why, sizeof why)) < 0 && errno == EINTR) {}
-  close(rep[0]);
+  sup_end end;
+  int failed = start_failure(rep[0], &end);
   if (o.stdin_file && strcmp(o.stdin_file, "-") != 0)
     unlink(o.stdin_file);          /* one use, and it is opened */
-  if (n == (ssize_t)sizeof why) {
+  if (failed) {
     waitpid(pid, NULL, 0);
-    trailer(why[0] == 1 ? "nocwd" : "noexec", why[1]);
+    trailer(sup_kind_name(end.kind), end.n);
     return 127;
   }
   fcntl(out[0], F_SETFL, O_NONBLOCK);
   fcntl(err[0], F_SETFL, O_NONBLOCK);
-
-  double deadline = o.timeout > 0 ? now() + o.timeout : 0;
-  int status = 0, done = 0, timed_out = 0, killed = 0;
-  int open_out = 1, open_err = 1;
-  while (!done) {
-    struct pollfd p[3] = {{sfd, POLLIN, 0}, {open_out ? out[0] : -1, POLLIN, 0},
-                          {open_err ? err[0] : -1, POLLIN, 0}};
-    int wait_ms = -1;
-    if (deadline > 0 && !timed_out) {
-      double left = deadline - now();
-      wait_ms = left <= 0 ? 0 : (int)(left * 1000) + 1;
-    }
-    poll(p, 3, wait_ms);
-    if (p[1].revents && relay(out[0], 1, 16 * 65536)) open_out = 0;
-    if (p[2].revents && relay(err[0], 2, 16 * 65536)) open_err = 0;
-    if (deadline > 0 && !timed_out && now() >= deadline) {
-      timed_out = 1;
-      sbx_kill_descendants(getpid());
-    }
-    struct signalfd_siginfo si;
-    while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
-      if (si.ssi_signo != SIGCHLD && !killed) {
-        killed = (int)si.ssi_signo;
-        sbx_kill_descendants(getpid());
-      }
-    }
-    int st;
-    pid_t r;
-    while ((r = waitpid(-1, &st, WNOHANG)) > 0)   /* orphans are ours to reap */
-      if (r == pid) { status = st; done = 1; }
-  }
+  relays r = {{{out[0], POLLIN, 0}, {err[0], POLLIN, 0}}};
+  sup_io io = {r.fds, 2, relay_ready, &r};
+  end = sup_wait(pid, sfd, o.timeout, &io);
   /* Output already in the pipes belongs to the command; then stop. */
-  if (open_out) relay(out[0], 1, FINAL_DRAIN);
-  if (open_err) relay(err[0], 2, FINAL_DRAIN);
+  if (r.fds[0].fd >= 0) relay(out[0], 1, FINAL_DRAIN);
+  if (r.fds[1].fd >= 0) relay(err[0], 2, FINAL_DRAIN);
   close(out[0]);
   close(err[0]);
   if (o.pidfile) unlink(o.pidfile);
-  if (timed_out) trailer("timeout", 0);
-  else if (killed) trailer("killed", killed);
-  else if (WIFSIGNALED(status)) trailer("signal", WTERMSIG(status));
-  else trailer("exit", WEXITSTATUS(status));
+  trailer(sup_kind_name(end.kind), end.n);
   return 0;
+}
+
+static int emit_stdout(void *ud, const char *rec, size_t n) {
+  (void)ud;
+  return fwrite(rec, 1, n, stdout) == n ? 0 : -1;
+}
+
+/* The CLI's exit codes: 3 no such path (ls, rm), 4 not a directory (or,
+** for rm, not empty), 1 anything else. */
+static int fail(const char *path, int e, int code3, int code4) {
+  fprintf(stderr, "sbx-agent: %s: %s\n", path, strerror(e));
+  return e == code3 ? 3 : e == code4 ? 4 : 1;
 }
 
 static int cmd_ls(int argc, char **argv) {
@@ -246,25 +237,8 @@ static int cmd_ls(int argc, char **argv) {
     fprintf(stderr, "usage: sbx-agent ls DIR\n");
     return 2;
   }
-  int dfd = open(argv[2], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
-  if (!d) {
-    fprintf(stderr, "sbx-agent: %s: %s\n", argv[2], strerror(errno));
-    return errno == ENOENT ? 3 : errno == ENOTDIR ? 4 : 1;
-  }
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    struct stat st;
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
-    const char *type = S_ISREG(st.st_mode) ? "file" : S_ISDIR(st.st_mode) ? "dir"
-                     : S_ISLNK(st.st_mode) ? "link" : S_ISFIFO(st.st_mode) ? "fifo"
-                     : S_ISSOCK(st.st_mode) ? "socket" : S_ISCHR(st.st_mode) ? "char"
-                     : S_ISBLK(st.st_mode) ? "block" : "other";
-    printf("%s%c%lld%c%lld%c%s%c", type, 0, (long long)st.st_size, 0,
-           (long long)st.st_mtime, 0, e->d_name, 0);
-  }
-  closedir(d);
+  int e = fsop_list(argv[2], emit_stdout, NULL);
+  if (e) return fail(argv[2], e, ENOENT, ENOTDIR);
   return fflush(stdout) == 0 ? 0 : 1;
 }
 
@@ -290,67 +264,33 @@ static int cmd_kill(int argc, char **argv) {
   return 0;
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag,
-                    struct FTW *ftw) {
-  (void)st; (void)ftw;
-  int r = flag == FTW_DP ? rmdir(path) : unlink(path);
-  return r < 0 && errno != ENOENT ? -1 : 0;
-}
-
 static int cmd_rm(int argc, char **argv) {
   int recursive = argc == 4 && strcmp(argv[2], "-r") == 0;
   const char *path = argv[argc - 1];
-  struct stat st;
   if (argc != (recursive ? 4 : 3)) return 2;
-  if (lstat(path, &st) < 0) {
-    fprintf(stderr, "sbx-agent: %s: %s\n", path, strerror(errno));
-    return errno == ENOENT ? 3 : 1;
-  }
-  int r;
-  if (S_ISDIR(st.st_mode))
-    r = recursive ? nftw(path, rm_entry, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT)
-                  : rmdir(path);
-  else
-    r = unlink(path);
-  if (r < 0) {
-    fprintf(stderr, "sbx-agent: %s: %s\n", path, strerror(errno));
-    return errno == ENOTEMPTY ? 4 : 1;
-  }
-  return 0;
+  int e = fsop_remove(path, recursive);
+  return e ? fail(path, e, ENOENT, ENOTEMPTY) : 0;
 }
 
 static int cmd_mkdir(int argc, char **argv) {
   if (argc != 3) return 2;
-  char *path = argv[2];
-  struct stat st;
-  for (char *p = path + 1;; p++) {
-    if (*p != '/' && *p != '\0') continue;
-    char saved = *p;
-    *p = '\0';
-    if (mkdir(path, 0755) < 0 && errno != EEXIST) {
-      fprintf(stderr, "sbx-agent: %s: %s\n", path, strerror(errno));
-      return errno == ENOTDIR ? 4 : 1;
-    }
-    if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode)) {
-      fprintf(stderr, "sbx-agent: %s: not a directory\n", path);
-      return 4;
-    }
-    *p = saved;
-    if (!saved) return 0;
-  }
+  int e = fsop_mkdir_p(argv[2]);
+  return e ? fail(argv[2], e, 0, ENOTDIR) : 0;
 }
 
 int main(int argc, char **argv) {
-  if (argc >= 2 && strcmp(argv[1], "run") == 0) return cmd_run(argc, argv);
-  if (argc >= 2 && strcmp(argv[1], "ls") == 0) return cmd_ls(argc, argv);
-  if (argc >= 2 && strcmp(argv[1], "sleep") == 0) return cmd_sleep();
-  if (argc >= 2 && strcmp(argv[1], "kill") == 0) return cmd_kill(argc, argv);
-  if (argc >= 2 && strcmp(argv[1], "rm") == 0) return cmd_rm(argc, argv);
-  if (argc >= 2 && strcmp(argv[1], "mkdir") == 0) return cmd_mkdir(argc, argv);
-  if (argc >= 2 && strcmp(argv[1], "version") == 0) {
+  const char *cmd = argc >= 2 ? argv[1] : "";
+  if (strcmp(cmd, "run") == 0) return cmd_run(argc, argv);
+  if (strcmp(cmd, "serve") == 0) return argc == 2 ? agent_serve() : 2;
+  if (strcmp(cmd, "ls") == 0) return cmd_ls(argc, argv);
+  if (strcmp(cmd, "sleep") == 0) return cmd_sleep();
+  if (strcmp(cmd, "kill") == 0) return cmd_kill(argc, argv);
+  if (strcmp(cmd, "rm") == 0) return cmd_rm(argc, argv);
+  if (strcmp(cmd, "mkdir") == 0) return cmd_mkdir(argc, argv);
+  if (strcmp(cmd, "version") == 0) {
     printf("sbx-agent %s\n", AGENT_VERSION);
     return 0;
   }
-  fprintf(stderr, "usage: sbx-agent run|ls|rm|mkdir|kill|sleep|version ...\n");
+  fprintf(stderr, "usage: sbx-agent run|serve|ls|rm|mkdir|kill|sleep|version ...\n");
   return 2;
 }

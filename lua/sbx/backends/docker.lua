@@ -169,6 +169,12 @@ end
 
 function M.home() return M.WORKDIR end
 
+-- "agent" (one sbx-agent stream per container) or "engine" (the fallback).
+M.exec_mode = nil
+local function mode()
+  return M.exec_mode or os.getenv("SBX_DOCKER_EXEC") or "agent"
+end
+
 function M.doctor()
   local out = {}
   local ok, ep = pcall(connect)
@@ -216,11 +222,7 @@ end
 M.AGENT_DIR = "/.sbx/bin"
 local agent_volume
 
-local function agent_hash(blob)
-  local h = 0xcbf29ce484222325 ~ #blob
-  for i = 1, #blob, 16 do h = ((h ~ blob:byte(i)) * 0x100000001b3) & 0xffffffffffff end
-  return string.format("%012x", h)
-end
+local agent_hash = agentlink.hash
 
 ---The volume holding this build's sbx-agent, filled through a helper
 ---container (created, never started) on first use.
@@ -478,11 +480,6 @@ end
 -- own exec and archive endpoints remain the fallback: SBX_DOCKER_EXEC=engine
 -- (or M.exec_mode) forces it, and an agent that cannot start selects it
 -- for that sandbox, remembered in M.fallback for `sbxlua doctor`.
-M.exec_mode = nil
-
-local function mode()
-  return M.exec_mode or os.getenv("SBX_DOCKER_EXEC") or "agent"
-end
 
 -- The agent's protocol bytes are the exec's stdout; its stderr is kept for
 -- the message when the link fails.

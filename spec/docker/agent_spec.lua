@@ -1,0 +1,138 @@
+-- Docker through the sbx-agent stream: one `sbx-agent serve` per container
+-- carries every command and file operation. Real engine, real containers.
+local sbx = require "sbx"
+local http = require "sbx.http"
+local json = require "cjson"
+local loop = require "sbx.loop"
+local docker = require "sbx.backends.docker"
+
+local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
+local SOCK = "/var/run/docker.sock"
+
+local ok, why = docker.available()
+if not ok then
+  assert(os.getenv("SBX_REQUIRE_DOCKER") ~= "1", "docker is required here but unavailable: " .. tostring(why))
+  describe("docker agent", function() pending("docker unavailable: " .. tostring(why)) end)
+  return
+end
+
+local function engine(method, path)
+  local r = assert(http.request{ url = "http://docker/v1.41" .. path, unix_socket = SOCK, method = method })
+  return r.status, json.decode(r.body ~= "" and r.body or "null")
+end
+
+-- Engine execs started in a container so far (the engine keeps their ids).
+local function exec_count(sb)
+  local _, c = engine("GET", "/containers/" .. sb:session_state().state.container .. "/json")
+  return #(c.ExecIDs or {})
+end
+
+local function kind_of(fn)
+  local okk, err = pcall(fn)
+  assert.is_false(okk, "expected an error")
+  return type(err) == "table" and err.kind or tostring(err), err
+end
+
+describe("docker agent", function()
+  it("runs every command and file operation over one agent stream", function()
+    local sb <close> = sbx.sandbox("docker", { image = IMAGE })
+    assert.truthy(sb._h.link, "no agent link: " .. tostring(docker.fallback))
+    assert.matches("^sbx%-agent ", sb._h.link.hello)
+    local before = exec_count(sb)
+    for i = 1, 20 do
+      assert.equal(tostring(i) .. "\n", sb:execute_command("echo " .. i).stdout)
+    end
+    sb:write_file("a/b/c.txt", "hello")
+    assert.equal("hello", sb:read_file("a/b/c.txt"))
+    assert.equal("c.txt", sb:list_files("a/b")[1].name)
+    sb:remove("a", { recursive = true })
+    assert.equal("FileNotFoundError", kind_of(function() sb:list_files("a") end))
+    -- no new engine exec for any of it
+    assert.equal(before, exec_count(sb))
+  end)
+
+  it("keeps 100 commands in flight on one sandbox", function()
+    local sb <close> = sbx.sandbox("docker", { image = IMAGE })
+    local items = {}
+    for i = 1, 100 do items[i] = i end
+    local t0 = loop.now()
+    local res = sbx.parallel(items, function(i)
+      local r = sb:execute_command("sh", { "-c", "sleep 0.5; echo x-" .. i })
+      return r
+    end, { concurrency = 100 })
+    for i = 1, 100 do
+      assert.equal(0, res[i].exit_code)
+      assert.equal("x-" .. i .. "\n", res[i].stdout)
+    end
+    -- in flight together, not one after another
+    assert.is_true(loop.now() - t0 < 25, "took " .. (loop.now() - t0) .. " s")
+  end)
+
+  it("an agent killed mid-command is a clear error; the sandbox still works and is destroyable", function()
+    local sb = sbx.sandbox("docker", { image = IMAGE })
+    local cid = sb:session_state().state.container
+    -- the command's parent is its supervisor, whose parent is the agent
+    local kind, err = kind_of(function()
+      sb:execute_command("sh", { "-c", "kill -9 $(cut -d' ' -f4 /proc/$PPID/stat); sleep 5" })
+    end)
+    assert.equal("SandboxExecutionError", kind)
+    assert.matches("agent", err.message)
+    -- the next operation opens a new stream
+    assert.equal("again\n", sb:execute_command("echo again").stdout)
+    sb:destroy()
+    local status = engine("GET", "/containers/" .. cid .. "/json")
+    assert.equal(404, status)
+  end)
+
+  it("streams output chunks as they come", function()
+    local sb <close> = sbx.sandbox("docker", { image = IMAGE })
+    local seen, times = {}, {}
+    local t0 = loop.now()
+    local r = sb:execute_command("for i in 1 2 3; do echo $i; sleep 0.2; done", nil, {
+      on_stdout = function(c) seen[#seen + 1] = c times[#times + 1] = loop.now() - t0 end })
+    assert.equal("1\n2\n3\n", r.stdout)
+    assert.equal("1\n2\n3\n", table.concat(seen))
+    assert.is_true(#seen >= 2)
+    assert.is_true(times[1] < 0.3, "the first chunk came at " .. times[1])
+  end)
+
+  it("background processes take stdin, signals and kill over the stream", function()
+    local sb <close> = sbx.sandbox("docker", { image = IMAGE })
+    local p = sb:spawn("cat")
+    assert.is_number(p.pid)
+    p:write("one\n")
+    p:write("two\n")
+    p:close_stdin()
+    local r = p:wait()
+    assert.equal("one\ntwo\n", r.stdout)
+    local q = sb:spawn("trap 'echo got-term; exit 3' TERM; echo ready; while :; do sleep 0.05; done",
+                       nil, { on_stdout = function() end })
+    loop.sleep(0.3)
+    q:kill("SIGTERM")
+    local rq = q:wait()
+    assert.equal(3, rq.exit_code)
+    local k = sb:spawn("sleep 100")
+    k:kill()
+    local rk = k:wait()
+    assert.equal("SIGKILL", rk.signal)
+  end)
+
+  it("falls back to the engine's exec when the agent cannot start, and says so", function()
+    docker.SERVE = { "/bin/sh", "-c", "echo no agent here >&2; exit 3" }
+    docker.fallback = nil
+    local okc, sb = pcall(sbx.sandbox, "docker", { image = IMAGE })
+    docker.SERVE = nil
+    assert(okc, tostring(sb))
+    assert.is_nil(sb._h.link)
+    assert.matches("no agent here", docker.fallback)
+    assert.equal("still works\n", sb:execute_command("echo still works").stdout)
+    sb:write_file("f", "x")
+    assert.equal("x", sb:read_file("f"))
+    local checks = docker.doctor()
+    local text = {}
+    for _, c in ipairs(checks) do text[#text + 1] = c.what .. ": " .. tostring(c.detail) end
+    assert.matches("fallback used: sbx%-agent serve did not start", table.concat(text, "\n"))
+    sb:destroy()
+    docker.fallback = nil
+  end)
+end)

@@ -294,6 +294,35 @@ call('getppid', 110)
     end)
   end)
 
+  describe("agent", function()
+    it("keeps one namespace per sandbox: commands are frames to its sbx-agent", function()
+      sb:execute_command("true")             -- the agent starts with the first command
+      assert.truthy(sb._h.link, "no agent: " .. tostring(bwrap.fallback))
+      assert.matches("^sbx%-agent ", sb._h.link.hello)
+      local a = sb:execute_command("sh", { "-c", "readlink /proc/self/ns/pid" }).stdout
+      local b = sb:execute_command("sh", { "-c", "readlink /proc/self/ns/pid" }).stdout
+      assert.equal(a, b)
+      local other <close> = sbx.sandbox("bwrap")
+      assert.not_equal(a, other:execute_command("sh", { "-c", "readlink /proc/self/ns/pid" }).stdout)
+    end)
+
+    it("an agent killed mid-command is a clear error, and the next command gets a new one", function()
+      sb:execute_command("true")
+      local kind, err = kind_of(function()
+        sb:execute_command("sh", { "-c", "kill -9 $(cut -d' ' -f4 /proc/$PPID/stat); sleep 5" })
+      end)
+      assert.equal("SandboxExecutionError", kind)
+      assert.matches("agent", err.message)
+      assert.equal("again\n", sb:execute_command("echo again").stdout)
+    end)
+
+    it("is not used with per-process rlimits, which must not bind the agent itself", function()
+      local s <close> = sbx.sandbox("bwrap", { backend_options = { rlimits = { cpu_secs = 5 } } })
+      assert.equal("5\n", s:execute_command("sh", { "-c", "ulimit -t" }).stdout)
+      assert.is_nil(s._h.link)
+    end)
+  end)
+
   describe("availability", function()
     it("is unavailable, with the reason, where bwrap is missing", function()
       local which = proc.which

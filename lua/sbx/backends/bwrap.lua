@@ -39,6 +39,7 @@ local native = require "sbx.bwrap"
 local errors = require "sbx.errors"
 local owner = require "sbx.owner"
 local paths = require "sbx.paths"
+local agentlink = require "sbx.agentlink"
 
 local M = {}
 
@@ -49,7 +50,7 @@ M.HOSTNAME = "sandbox"
 M.SYSTEM = { "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32" }
 -- Host directories bound read-only with what others may not read hidden.
 M.FILTERED = { "/etc" }
--- Per-command tmpfs directories (top level).
+-- tmpfs directories (top level), fresh for each namespace.
 M.TMPFS = { "/run" }
 -- backend_options.rlimits: per-process limits, name -> { sbx.proc name, unit, minimum }
 M.RLIMITS = { as_mb = { "as", 1048576, 16 }, cpu_secs = { "cpu", 1, 1 },
@@ -213,6 +214,7 @@ local function base_args(h, o)
     end
   end
   add("--proc", "/proc", "--dev", "/dev", "--seccomp", "3", "--clearenv")
+  for _, x in ipairs(o and o.extra or {}) do add(x) end
   return a
 end
 
@@ -326,7 +328,8 @@ function M.doctor()
     add(nil, "--disable-userns", "not supported by this bwrap; the seccomp filter refuses new user namespaces")
   end
   local base, why = require("sbx.backends.local").containment()
-  add(base ~= nil, "containment", base and "each command in its own cgroup (whole trees killed)"
+  add(base ~= nil, "containment", base and "each sandbox's namespace in its own cgroup (destroy kills it"
+      .. " whole); inside, each command's tree is killed by its sbx-agent supervisor"
       or ("no writable cgroup v2 (" .. tostring(why) .. "): process trees are swept through /proc"),
       "run as root, or under a delegated cgroup (systemd-run --user --scope -p Delegate=yes sbxlua ...)")
   add(nil, "limits", "cpu, memory_mb and pids are not enforced (routing skips bwrap when they are"
@@ -334,6 +337,13 @@ function M.doctor()
   if native.getuid() == 0 then
     add(nil, "running as root", "sandboxes hold host uid 0 without capabilities; what in /etc is not"
         .. " readable by everyone is hidden from them (" .. #M.layout().hidden .. " entries)")
+  end
+  add(nil, "exec path", (M.exec_mode or os.getenv("SBX_BWRAP_EXEC")) == "direct"
+      and "a new bwrap for every command (SBX_BWRAP_EXEC=direct)"
+      or "one namespace per sandbox, commands sent to sbx-agent inside it (a bwrap per command"
+         .. " for sandboxes with rlimits)")
+  if M.fallback then
+    add(false, "agent fallback used", M.fallback, "check that " .. M.AGENT_IN .. " can run inside bwrap")
   end
   if r.ok then add(nil, "probe", "run `sbxlua selftest --backend bwrap` for the escape probes") end
   return out
@@ -447,6 +457,7 @@ local function close_roots(h)
 end
 
 function M.destroy(h)
+  if h.link then h.link:close() end
   if h.cg then cgroup.remove(h.cg) end
   close_roots(h)
   if h.own then
@@ -759,6 +770,91 @@ end
 
 ---Start a process. req: argv, env (list), cwd, stdin, keep_stdin, timeout,
 ---max_output, stream. Returns a sbx.Proc (of bwrap, whose tree is the command's).
+-- ------------------------------------------------------------ the agent
+
+-- A sandbox keeps one namespace alive: bwrap runs `sbx-agent serve` and
+-- every command is a frame on its stdin instead of a new bwrap (which costs
+-- a user, pid, mount and network namespace each time). Commands of one
+-- sandbox then share its pid namespace and /run, as in a container.
+-- SBX_BWRAP_EXEC=direct (or M.exec_mode) keeps a bwrap per command; so do
+-- sandboxes with per-process rlimits, which must not apply to the agent.
+M.exec_mode = nil
+M.AGENT_IN = "/run/.sbx/sbx-agent"
+
+local function mode() return M.exec_mode or os.getenv("SBX_BWRAP_EXEC") or "agent" end
+
+-- The embedded agent as a host file bwrap can bind: written once per build.
+local agent_path
+local function agent_file()
+  if agent_path then return agent_path end
+  local blob = require "sbx.agentbin"
+  local dir = owner.state_dir() .. "/agent"
+  local name = "sbx-agent-" .. agentlink.hash(blob)
+  local f = io.open(dir .. "/" .. name, "rb")
+  if f then
+    f:close()
+  else
+    local ok, err = fs.mkdir_host(dir)
+    if not ok then return nil, err end
+    local root, rerr = fs.open_root(dir)
+    if not root then return nil, rerr end
+    local tmp = name .. "." .. proc.random_hex(8)
+    local wok, werr = root:write(tmp, blob, tonumber("755", 8))
+    root:close()
+    if not wok then return nil, werr end
+    os.rename(dir .. "/" .. tmp, dir .. "/" .. name)      -- atomic: racing writers agree
+  end
+  agent_path = dir .. "/" .. name
+  return agent_path
+end
+
+local function transport(p)
+  local t = { diag = "" }
+  function t.read()
+    while true do
+      local which, chunk = p:read()
+      if not which then return nil, t.diag ~= "" and ("the agent ended: " .. t.diag) or nil end
+      if which == "stdout" then return chunk end
+      t.diag = (t.diag .. chunk):sub(-2000)
+    end
+  end
+  function t.write(data) return p:write(data) end
+  function t.close() p:close() end
+  return t
+end
+
+local function open_link(h)
+  local file, ferr = agent_file()
+  if not file then return nil, "cannot write the agent: " .. tostring(ferr) end
+  -- the bind names a host path: it goes with the options through --args
+  local argv, fds = command_line(h, { extra = { "--ro-bind", file, M.AGENT_IN } })
+  for _, x in ipairs{ "--chdir", "/", "--", M.AGENT_IN, "serve" } do argv[#argv + 1] = x end
+  local p, err = proc.spawn{ argv = argv, env = {}, keep_stdin = true, stream = true, max_output = 0,
+                             cgroup = h.cg, fds = fds, rlimits = h.rlimits }
+  if not p then return nil, err end
+  return agentlink.open(transport(p), 10)
+end
+
+local function plain_rlimits(r)
+  for k in pairs(r or {}) do if k ~= "core" then return false end end
+  return true
+end
+
+---The sandbox's agent link, opened on first use; nil: a bwrap per command.
+local function link_of(h)
+  if h.link and not h.link.broken then return h.link end
+  if mode() == "direct" or h.no_agent or not plain_rlimits(h.rlimits) then return nil end
+  local link, why = open_link(h)
+  if link then
+    h.link = link
+    return link
+  end
+  h.no_agent = "sbx-agent serve did not start: " .. tostring(why)
+  M.fallback = h.no_agent
+  return nil
+end
+M.link_of = link_of
+
 function M.spawn(h, req)
   if not h.root then fail("SandboxNotFoundError", "the sandbox was destroyed", "exec") end
   local ready = M.probe()        -- a resumed sandbox may be this process's first
@@ -776,6 +872,12 @@ function M.spawn(h, req)
   local prog = req.argv[1]
   if not find_program(h, prog, req.env, cwd) then
     fail("SandboxExecutionError", "spawn: " .. prog .. ": No such file or directory", "exec", "ENOENT")
+  end
+  local link = link_of(h)
+  if link then
+    return link:spawn{ argv = req.argv, env = req.env, cwd = cwd, stdin = req.stdin,
+      keep_stdin = req.keep_stdin, timeout = req.timeout, max_output = req.max_output,
+      stream = req.stream, want_pid = req.want_pid }
   end
   if not h.line then h.line, h.fds = command_line(h) end
   local argv = table.move(h.line, 1, #h.line, 1, {})

@@ -8,6 +8,7 @@ local sandbox = require "sbx.sandbox"
 local tasks = require "sbx.tasks"
 local router = require "sbx.router"
 local presets = require "sbx.presets"
+local pool = require "sbx.pool"   -- also lets routing take warm sandboxes from open pools
 
 loop.set_error_factory(errors.new)
 
@@ -186,6 +187,11 @@ function sbx.client(backend, defaults)
 end
 
 function sbx.providers() return providers.describe() end
+
+---A warm pool: sbx.pool{ backend =, size =, max_idle_secs =, reuse =, name =, ...sandbox options }
+function sbx.pool(opts)
+  return pool.new(opts, { sandbox = sbx.sandbox, options = OPTIONS, validate = validate })
+end
 
 sbx.agent = require "sbx.agent"
 

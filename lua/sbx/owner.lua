@@ -122,8 +122,21 @@ function M.owned()
   return list
 end
 
+local closers = {}
+
+---fn(wait) runs first in every destroy_all (warm pools close there, so no
+---create of theirs lands after it); `wait` is false in a finalizer, where
+---nothing may wait.
+function M.on_destroy_all(fn) closers[#closers + 1] = fn end
+
 ---Destroy everything this process owns, newest first; errors are reported, not raised.
-function M.destroy_all()
+---opts.finalizer: called while the Lua state closes.
+function M.destroy_all(opts)
+  local wait = not (opts and opts.finalizer)
+  for _, fn in ipairs(closers) do
+    local ok, err = pcall(fn, wait)
+    if not ok then io.stderr:write("sbxlua: at exit: ", tostring(err), "\n") end
+  end
   local list = M.owned()
   for i = #list, 1, -1 do
     local ok, err = pcall(list[i].destroy, list[i])
@@ -155,7 +168,7 @@ end
 
 -- Embedded in another host (require "sbx" from lua5.4), nobody calls
 -- destroy_all at exit: closing the Lua state does, through this finalizer.
-M._sentinel = setmetatable({}, { __gc = function() pcall(M.destroy_all) end })
+M._sentinel = setmetatable({}, { __gc = function() pcall(M.destroy_all, { finalizer = true }) end })
 
 ---Sandbox directories a host-directory backend keeps under
 ---<state>/<kind>/<session>/<id>.XXXXXX, as gc's list of what exists.

@@ -298,6 +298,20 @@ function M.decide(opts)
   local d = { request = req, candidates = cands, reasons = reasons, info = info,
               policy = policy_name(opts) }
   if #cands == 0 then d.order = {} return d end
+  -- A backend with warm sandboxes of a matching pool (sbx.pool) creates in
+  -- ~0 ms: its candidate says so (warm = n, create latency 0) to the policy.
+  local warm = M.warm and M.warm.count(opts)
+  if warm then
+    for _, c in ipairs(cands) do
+      c.warm = warm[c.name]
+      if c.warm then
+        local s = {}
+        for k, v in pairs(c.stats) do s[k] = v end
+        s.p50_create_ms, s.p95_create_ms = 0, 0
+        c.stats = s
+      end
+    end
+  end
   local stats = {}
   for _, c in ipairs(cands) do stats[c.name] = c.stats end
   local plan, _, perr = run_policy(pol, pname, perr0, req, cands, stats, health.clock())
@@ -327,8 +341,9 @@ function M.route(opts)
     cands[i] = {}
     for k, v in pairs(c) do cands[i][k] = v end
   end
+  local warm = M.warm and M.warm.take(d.order[1], opts, true) or nil
   return { order = d.order, reasons = d.reasons, plan = d.plan, candidates = cands,
-           policy = d.policy, policy_error = d.policy_error, request = d.request }
+           policy = d.policy, policy_error = d.policy_error, request = d.request, warm = warm }
 end
 
 ---Backend names to try, in order; raises NoRouteError when none is left.
@@ -473,6 +488,17 @@ function M.create(opts, create_on)
     if loop.now() - waited > (config.get().routing.admission_wait_secs or 600) then no_route(d) end
     loop.sleep(0.01)
     d = M.decide(opts)
+  end
+  -- The policy's first choice has a warm sandbox of a matching pool: take it.
+  local sb, how
+  if M.warm then sb, how = M.warm.take(d.order[1], opts) end
+  if sb then
+    local entry = summary(d)
+    entry.warm = how
+    entry.attempts = { { backend = sb.backend, ok = true, ms = 0, warm = how.pool } }
+    entry.outcome = { backend = sb.backend, id = sb.id, warm = how.pool }
+    log_decision(entry)
+    return sb
   end
   local plan = d.plan
   local max = math.min(plan.max_attempts or config.get().routing.max_attempts or #d.order, #d.order)

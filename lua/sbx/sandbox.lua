@@ -340,6 +340,7 @@ function Sandbox:destroy()
   for p in pairs(self._procs) do pcall(p._p.close, p._p) end
   if self._ttl then self._ttl:cancel() end
   owner.remove(self.id)
+  if self._on_destroy then pcall(self._on_destroy, self) end   -- a warm pool's bookkeeping
   self._p.destroy(h)
   if self._journaled then owner.record{ event = "destroy", id = self.id } end
 end

@@ -32,3 +32,11 @@ run_target tar "$third" fuzz/tar_fuzz.c src/ltar.c src/loop.c
 run_target demux "$sixth" fuzz/demux_fuzz.c src/ldemux.c src/loop.c
 # sbx-agent's frame decoder: every byte a host sends to `sbx-agent serve`.
 run_target agent "$sixth" fuzz/agent_fuzz.c src/agent/frame.c
+# Lua modules that read untrusted input, loaded from lua/ (line coverage
+# through fuzz/luacov.h): sandbox paths against openat2, engine JSON through
+# cjson and the docker backend, and the host's agent frame decoder.
+small=$(( secs / 10 > 5 ? secs / 10 : 5 ))
+lua_dir="-DSBX_LUA_DIR=\"$PWD/lua\""
+run_target paths "$small" "$lua_dir" -Ifuzz fuzz/paths_fuzz.c
+run_target json "$small" "$lua_dir" -Ifuzz fuzz/json_fuzz.c -l:liblua5.4-cjson.so.0
+run_target wire "$small" "$lua_dir" -Ifuzz fuzz/wire_fuzz.c

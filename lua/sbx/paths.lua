@@ -36,12 +36,16 @@ function M.split(abs)
 end
 
 ---Does a symlink at `rel` (relative to a directory) with `target` point out
----of that directory? Absolute targets always do.
+---of that directory? Absolute targets always do, and so does a ".." after a
+---name: the name may be another link of the tree (x -> "." makes "x/.." the
+---directory's parent), which this lexical check cannot see.
 function M.link_escapes(rel, target)
   local depth, escapes = select(2, rel:gsub("/", "")), target:sub(1, 1) == "/"
+  local named = false
   for seg in target:gmatch("[^/]+") do
     depth = depth + (seg == ".." and -1 or seg == "." and 0 or 1)
-    if depth < 0 then escapes = true end
+    if depth < 0 or (seg == ".." and named) then escapes = true end
+    named = named or (seg ~= ".." and seg ~= ".")
   end
   return escapes
 end

@@ -17,8 +17,8 @@
 **  J3 every entry point returns, or raises a typed error (sbx.errors); a
 **     plain Lua error ("attempt to index a nil value" ...) on the engine's
 **     data is a finding: each distinct docker.lua line is reported when
-**     first seen, and all of them in one line at exit. docker.lua is not this target's to fix, so J3 aborts only
-**     with SBX_FUZZ_STRICT=1; J1, J2 and any crash always abort;
+**     first seen, and all of them in one line at exit. J3 aborts with SBX_FUZZ_STRICT=1 (as fuzz/run.sh
+**     runs it; without it, for exploring, they are counted); J1, J2 and any crash always abort;
 **     SBX_FUZZ_TRACE=1 prints each request and the answer it got;
 **  J4 results have their documented types (available: boolean [+ string],
 **     is_alive: boolean, list_owned: a list of tables).

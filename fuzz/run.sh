@@ -38,5 +38,5 @@ run_target agent "$sixth" fuzz/agent_fuzz.c src/agent/frame.c
 small=$(( secs / 10 > 5 ? secs / 10 : 5 ))
 lua_dir="-DSBX_LUA_DIR=\"$PWD/lua\""
 run_target paths "$small" "$lua_dir" -Ifuzz fuzz/paths_fuzz.c
-run_target json "$small" "$lua_dir" -Ifuzz fuzz/json_fuzz.c -l:liblua5.4-cjson.so.0
+SBX_FUZZ_STRICT=1 run_target json "$small" "$lua_dir" -Ifuzz fuzz/json_fuzz.c -l:liblua5.4-cjson.so.0
 run_target wire "$small" "$lua_dir" -Ifuzz fuzz/wire_fuzz.c

@@ -100,9 +100,23 @@ end
 
 local IDEMPOTENT = { GET = true, HEAD = true, DELETE = true, PUT = true }
 
+-- The engine's error message: always a string, whatever the body holds.
 local function message_of(res)
   local body = json.decode(res.body or "")
-  return type(body) == "table" and body.message or (res.body or ""):sub(1, 300)
+  local m = type(body) == "table" and body.message
+  if type(m) == "string" then return m end
+  return (res.body or ""):sub(1, 300)
+end
+
+-- A field of the engine's JSON answer that must be there (an id, a list);
+-- a body without it is a broken engine, not a crash of ours.
+local function field(res, name, want, o)
+  local v = type(res.json) == "table" and res.json[name]
+  if type(v) ~= want then
+    fail(o.kind or "SandboxExecutionError", o.op .. ": the engine's answer has no " .. name
+         .. " (HTTP " .. tostring(res.status) .. ", " .. #(res.body or "") .. " bytes)", { op = o.op })
+  end
+  return v
 end
 
 ---One Engine API call, with a deadline; idempotent calls retry transport
@@ -211,7 +225,7 @@ local function pull(image)
   if res.status ~= 200 then return false, message_of(res) end
   for line in (res.body or ""):gmatch("[^\r\n]+") do
     local ev = json.decode(line)
-    if type(ev) == "table" and ev.error then return false, ev.error end
+    if type(ev) == "table" and ev.error then return false, tostring(ev.error) end
   end
   return true
 end
@@ -239,7 +253,7 @@ local function ensure_agent_volume(image)
                         ["sbxlua.session"] = owner.session_id(), ["sbxlua.lock"] = owner.lock_path(),
                         ["sbxlua.id"] = "agent-helper" },
              HostConfig = { Mounts = { { Type = "volume", Source = name, Target = M.AGENT_DIR } } } } })
-  local cid = res.json.Id
+  local cid = field(res, "Id", "string", { op = "create", kind = "SandboxCreationError" })
   local ok, err = pcall(function()
     local have = call("HEAD", "/containers/" .. q(cid) .. "/archive?path=" .. q(M.AGENT_DIR .. "/sbx-agent.ok"),
                       { op = "create", timeout = 60 })
@@ -319,7 +333,12 @@ function M.create(spec)
   local res = call("POST", path, { op = "create", body = body, timeout = 120 })
   res = expect(res, { 201 }, { op = "create", kind = "SandboxCreationError",
                                bad_request = "SandboxCreationError", conflict = "SandboxCreationError" })
-  local cid = json.decode(res.body).Id
+  res.json = json.decode(res.body)
+  local okid, cid = pcall(field, res, "Id", "string", { op = "create", kind = "SandboxCreationError" })
+  if not okid then    -- the container may exist all the same: it has our name
+    pcall(remove_container, "sbxlua-" .. spec.id)
+    error(cid, 0)
+  end
   local h = { cid = cid, id = spec.id, session = spec.session }
   local ok, err = pcall(function()
     api("POST", "/containers/" .. cid .. "/start", { 204, 304 }, { op = "create", kind = "SandboxCreationError",
@@ -337,7 +356,9 @@ end
 function M.session_state(h) return { container = h.cid, session = h.session } end
 
 local function inspect(cid, op)
-  return api("GET", "/containers/" .. q(cid) .. "/json", { 200 }, { op = op }).json
+  local res = api("GET", "/containers/" .. q(cid) .. "/json", { 200 }, { op = op })
+  field(res, "State", "table", { op = op })
+  return res.json
 end
 
 function M.resume(state)
@@ -353,7 +374,7 @@ end
 
 function M.is_alive(h)
   local ok, info = pcall(inspect, h.cid, "is_alive")
-  return ok and info.State and info.State.Running == true or false
+  return ok and info.State.Running == true or false
 end
 
 function M.destroy(h)
@@ -365,10 +386,13 @@ function M.list_owned()
   local filters = json.encode{ label = { "sbxlua.host=" .. owner.hostname() } }
   local res = api("GET", "/containers/json?all=true&filters=" .. q(filters), { 200 }, { op = "gc" })
   local found = {}
-  for _, c in ipairs(res.json or {}) do
-    local l = c.Labels or {}
-    found[#found + 1] = { session = l["sbxlua.session"], id = l["sbxlua.id"], container = c.Id,
-                          lock = l["sbxlua.lock"] }
+  for _, c in ipairs(type(res.json) == "table" and res.json or {}) do
+    local l = type(c) == "table" and type(c.Labels) == "table" and c.Labels or {}
+    local function str(v) return type(v) == "string" and v or nil end
+    if type(c) == "table" and str(c.Id) then
+      found[#found + 1] = { session = str(l["sbxlua.session"]), id = str(l["sbxlua.id"]), container = c.Id,
+                            lock = str(l["sbxlua.lock"]) }
+    end
   end
   return found
 end
@@ -389,7 +413,7 @@ function M.snapshot(h)
   local tag = h.id .. "-" .. os.time()
   local res = api("POST", "/commit?container=" .. q(h.cid) .. "&repo=sbxlua-snapshot&tag=" .. q(tag)
                   .. "&pause=true", { 201 }, { op = "snapshot", body = { Labels = labels }, timeout = 600 })
-  return { snapshot_id = res.json.Id }
+  return { snapshot_id = field(res, "Id", "string", { op = "snapshot" }) }
 end
 
 -- ----------------------------------------------------------------- exec
@@ -399,7 +423,7 @@ local function exec_create(h, cmd, env, op)
     body = { AttachStdout = true, AttachStderr = true, AttachStdin = false, Tty = false,
              Cmd = cmd, Env = (env and #env > 0) and env or nil },
     conflict = "SandboxNotFoundError" })
-  return res.json.Id
+  return field(res, "Id", "string", { op = op })
 end
 
 -- A short agent command (ls, rm, mkdir, kill): stdout, stderr, exit code.
@@ -425,8 +449,8 @@ local function agent(h, args, op)
   end
   s:close()
   if msg then fail("SandboxExecutionError", op .. ": " .. msg, { op = op }) end
-  local info = api("GET", "/exec/" .. eid .. "/json", { 200 }, { op = op }).json
-  return table.concat(out), table.concat(err), math.tointeger(info.ExitCode)
+  local info = api("GET", "/exec/" .. eid .. "/json", { 200 }, { op = op })
+  return table.concat(out), table.concat(err), math.tointeger(field(info, "ExitCode", "number", { op = op }))
 end
 
 local Exec = {}
@@ -466,7 +490,7 @@ function hijack(eid, op)
   local rest = head:sub(i + 4)
   if status ~= 101 and status ~= 200 then
     s:close()
-    local msg = (json.decode(rest) or {}).message or rest
+    local msg = message_of{ body = rest }
     fail(status == 404 and "SandboxNotFoundError" or "SandboxExecutionError", op .. ": " .. msg, { op = op })
   end
   return s, rest
@@ -512,7 +536,7 @@ local function open_link(h)
     body = { AttachStdout = true, AttachStderr = true, AttachStdin = true, Tty = false,
              Cmd = M.SERVE or { M.AGENT, "serve" } },
     conflict = "SandboxNotFoundError" })
-  local s, pending = hijack(res.json.Id, "exec")
+  local s, pending = hijack(field(res, "Id", "string", { op = "exec" }), "exec")
   return agentlink.open(transport(s, pending), 15)
 end
 
@@ -561,7 +585,7 @@ function M.engine_spawn(h, req)
     body = { AttachStdout = true, AttachStderr = true, AttachStdin = true, Tty = false,
              Cmd = cmd, Env = (req.env and #req.env > 0) and req.env or nil },
     conflict = "SandboxNotFoundError" })
-  local eid = res.json.Id
+  local eid = field(res, "Id", "string", { op = "exec" })
   local e = setmetatable({
     h = h, eid = eid, pidfile = pidfile, argv0 = req.argv[1], cwd = req.cwd,
     max = req.max_output or 1048576, streaming = req.stream,
@@ -571,7 +595,7 @@ function M.engine_spawn(h, req)
   e.s, e.pending = hijack(eid, "exec")
   if req.want_pid then           -- background processes show a pid; commands need none
     local ok, info = pcall(api, "GET", "/exec/" .. eid .. "/json", { 200 }, { op = "exec" })
-    e.pid = ok and info.json and math.tointeger(info.json.Pid) or nil
+    e.pid = ok and type(info.json) == "table" and math.tointeger(info.json.Pid) or nil
   end
   if req.stdin then
     -- written by a task of its own: a command that answers while it reads
@@ -868,7 +892,8 @@ function M.get_tree(h, dir)
     if rel == nil then
       rejected[#rejected + 1] = { path = e.path, reason = "outside the requested directory" }
     elseif rel ~= "" then
-      if e.type == "symlink" and e.escapes then
+      -- `escapes` is judged from the archive's root, the parent of `dir`
+      if e.type == "symlink" and (e.escapes or paths.link_escapes(rel, e.target or "")) then
         rejected[#rejected + 1] = { path = rel, reason = "symlink out of the directory" }
       else
         out[#out + 1] = { path = rel, type = e.type == "dir" and "dir" or e.type, data = e.data, mode = e.mode }

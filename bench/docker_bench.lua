@@ -2,6 +2,8 @@
 --   sbxlua bench/docker_bench.lua create N       p50 of sbx.sandbox("docker", ...) (destroy not timed)
 --   sbxlua bench/docker_bench.lua exec N         p50 of execute_command("true", {}) on one sandbox
 --   sbxlua bench/docker_bench.lua rw N           p50 of write_file("f.txt", 1 KiB) + read_file("f.txt")
+--   sbxlua bench/docker_bench.lua round N        p50 of exec + write + read (an agent's step)
+--   (SBX_DOCKER_EXEC=engine: the engine's exec/archive path instead of the agent stream)
 --   sbxlua bench/docker_bench.lua concurrent S C S sandboxes (sbx.parallel, concurrency S) x C commands
 --   sbxlua bench/docker_bench.lua trace N [DIR]  every Engine call of N creates / execs / rw rounds,
 --       timed (http.request and stream.connect wrapped); with DIR, writes the
@@ -42,9 +44,10 @@ if mode == "create" then
     if i > 0 then t[i] = dt end
   end
   samples(t)
-elseif mode == "exec" or mode == "rw" then
+elseif mode == "exec" or mode == "rw" or mode == "round" then
   local sb <close> = sbx.sandbox("docker", OPTS)
-  local fn = mode == "exec" and function() exec_true(sb) end or function() rw(sb) end
+  local fn = ({ exec = function() exec_true(sb) end, rw = function() rw(sb) end,
+                round = function() exec_true(sb) rw(sb) end })[mode]
   samples(B.time(n, 10, fn))
 elseif mode == "concurrent" then
   local ncmd = tonumber(arg[3]) or 10

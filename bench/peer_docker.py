@@ -77,7 +77,7 @@ def rw(sb):
     assert sb.read_file("f.txt") == DATA
 
 
-def main():
+def main():  # modes: create exec rw round (exec + write + read) concurrent count
     mode = sys.argv[1]
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 20
     client = SandboxClient("docker")
@@ -91,9 +91,10 @@ def main():
             if i:
                 out.append(dt)
         report(out)
-    elif mode in ("exec", "rw"):
+    elif mode in ("exec", "rw", "round"):
         with create(client) as sb:
-            fn = (lambda: exec_true(sb)) if mode == "exec" else (lambda: rw(sb))
+            fn = {"exec": lambda: exec_true(sb), "rw": lambda: rw(sb),
+                  "round": lambda: (exec_true(sb), rw(sb))}[mode]
             report(timeit(n, 10, fn))
     elif mode == "concurrent":
         ncmd = int(sys.argv[3]) if len(sys.argv) > 3 else 10

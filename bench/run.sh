@@ -200,6 +200,11 @@ else
   absrow "$N_SANDBOXES sandboxes x $N_CMDS cmds" "failed" "" "completes" "MISS"
 fi
 
+# ---------------------------------------------------------------- backends side by side
+# local, bwrap and docker, each through sbx-agent and its fallback (bench/backends.lua)
+echo
+"$SBXLUA" "$BENCH/backends.lua" || log "bench/backends.lua failed"
+
 # ---------------------------------------------------------------- docker (optional)
 if [ "${DOCKER:-}" = 1 ]; then
   SBXLUA=$SBXLUA PEER_DIR=$PEER_DIR PYTHON=$PYTHON "$BENCH/docker.sh"

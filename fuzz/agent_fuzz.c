@@ -60,6 +60,7 @@ static void encode(const agent_req *q, out *o) {
       return;
     case 'I': put_bytes(o, q->data, q->dlen); return;
     case 'K': put_u32(o, q->signo); return;
+    case 'S': case 'G': return;      /* no payload */
     case 'r': put_u64(o, q->max); break;
     case 'w': put_u32(o, q->mode); put_u32(o, q->flags); break;
     case 'd': put_u32(o, q->recursive); break;

@@ -3,9 +3,12 @@
 ** every command; with CLONE_VM | CLONE_VFORK the child runs on a small
 ** stack of its own in the parent's memory until execve, as posix_spawn
 ** does, and CLONE_INTO_CGROUP places it in its cgroup without a migration.
-** Returning from clone3 onto a new stack needs a few instructions of
-** assembly; other architectures use fork-style clone3 (same semantics,
-** slower).
+** Where clone3 is refused (Docker's seccomp profile and the bwrap backend's
+** own filter answer ENOSYS: sbx-agent's supervisors meet it on every
+** command) the old clone syscall takes the same flags, so the child still
+** borrows our memory. Returning from a clone onto a new stack needs a few
+** instructions of assembly; other architectures use fork-style clones
+** (same semantics, slower).
 */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,18 +30,23 @@
 ** parent's memory (its shadow bytes would go stale): sanitizer builds take
 ** the fork-style path, the normal build tests the trampoline. */
 #if defined(__SANITIZE_ADDRESS__)
-/* fork-style clone3 */
+/* fork-style clones */
 #elif defined(__x86_64__)
 #define SBX_CLONE_TRAMPOLINE 1
-/* long sbx_clone3(struct clone_args *, size_t, int (*fn)(void *), void *) */
+/* long sbx_clone_raw(long nr, long a1, long a2, long a3, int (*fn)(void *),
+** void *arg): the syscall nr (clone3 or clone) with its first three
+** arguments and no child_tid. fn and arg ride in r8 and r9, which clone3
+** does not read and clone reads only as the TLS of CLONE_SETTLS. */
 __asm__(".text\n"
-        ".globl sbx_clone3\n"
-        ".hidden sbx_clone3\n"
-        ".type sbx_clone3,@function\n"
-        "sbx_clone3:\n"
-        "  mov %rdx, %r8\n"
-        "  mov %rcx, %r9\n"
-        "  mov $435, %eax\n"           /* SYS_clone3 */
+        ".globl sbx_clone_raw\n"
+        ".hidden sbx_clone_raw\n"
+        ".type sbx_clone_raw,@function\n"
+        "sbx_clone_raw:\n"
+        "  mov %rdi, %rax\n"
+        "  mov %rsi, %rdi\n"
+        "  mov %rdx, %rsi\n"
+        "  mov %rcx, %rdx\n"
+        "  xor %r10d, %r10d\n"
         "  syscall\n"
         "  test %rax, %rax\n"
         "  jnz 1f\n"
@@ -50,17 +58,23 @@ __asm__(".text\n"
         "  syscall\n"
         "  hlt\n"
         "1: ret\n"
-        ".size sbx_clone3, .-sbx_clone3\n");
+        ".size sbx_clone_raw, .-sbx_clone_raw\n");
 #elif defined(__aarch64__)
 #define SBX_CLONE_TRAMPOLINE 1
+/* The same; clone's tls and child_tid (x3, x4) are zero. */
 __asm__(".text\n"
-        ".globl sbx_clone3\n"
-        ".hidden sbx_clone3\n"
-        ".type sbx_clone3,%function\n"
-        "sbx_clone3:\n"
-        "  mov x10, x2\n"
-        "  mov x11, x3\n"
-        "  mov x8, #435\n"
+        ".globl sbx_clone_raw\n"
+        ".hidden sbx_clone_raw\n"
+        ".type sbx_clone_raw,%function\n"
+        "sbx_clone_raw:\n"
+        "  mov x10, x4\n"
+        "  mov x11, x5\n"
+        "  mov x8, x0\n"
+        "  mov x0, x1\n"
+        "  mov x1, x2\n"
+        "  mov x2, x3\n"
+        "  mov x3, xzr\n"
+        "  mov x4, xzr\n"
         "  svc #0\n"
         "  cbnz x0, 1f\n"
         "  mov x0, x11\n"
@@ -68,11 +82,11 @@ __asm__(".text\n"
         "  mov x8, #93\n"              /* SYS_exit */
         "  svc #0\n"
         "1: ret\n"
-        ".size sbx_clone3, .-sbx_clone3\n");
+        ".size sbx_clone_raw, .-sbx_clone_raw\n");
 #endif
 
 #ifdef SBX_CLONE_TRAMPOLINE
-long sbx_clone3(struct clone_args *ca, size_t size, int (*fn)(void *), void *arg);
+long sbx_clone_raw(long nr, long a1, long a2, long a3, int (*fn)(void *), void *arg);
 #endif
 
 static void move_fd(int from, int to) {
@@ -83,6 +97,14 @@ static void move_fd(int from, int to) {
 /* Signals a parent may have set to SIG_IGN, which execve would keep. */
 static const int reset_signals[] = {SIGPIPE, SIGHUP, SIGINT, SIGQUIT, SIGTERM,
   SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD, SIGTTIN, SIGTTOU, SIGTSTP, SIGXFSZ};
+
+void sbx_ignored_signals(sigset_t *set) {
+  struct sigaction sa;
+  sigemptyset(set);
+  for (size_t i = 0; i < sizeof reset_signals / sizeof *reset_signals; i++)
+    if (sigaction(reset_signals[i], NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
+      sigaddset(set, reset_signals[i]);
+}
 
 /* The legacy clone has no CLONE_INTO_CGROUP: the child moves itself. */
 static int join_cgroup(int cgroup_fd) {
@@ -98,7 +120,8 @@ static int child(void *arg) {
   sbx_spawn_req *r = arg;
   sigset_t none;
   for (size_t i = 0; i < sizeof reset_signals / sizeof *reset_signals; i++)
-    signal(reset_signals[i], SIG_DFL);
+    if (!r->ignored || sigismember(r->ignored, reset_signals[i]) == 1)
+      signal(reset_signals[i], SIG_DFL);
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
   setpgid(0, 0);
@@ -144,10 +167,10 @@ fail:
   _exit(127);
 }
 
+#ifndef SBX_CLONE_TRAMPOLINE
 /* Fork-style: the child runs on a copy of our memory and reports a failure
 ** before execve through a pipe. `legacy`: the old clone syscall, for
-** seccomp profiles that refuse clone3 (Docker's answers ENOSYS, and so does
-** the bwrap backend's own filter, inside which sbx-agent runs). */
+** seccomp profiles that refuse clone3. */
 static pid_t spawn_forked(sbx_spawn_req *r, struct clone_args *ca, int *pidfd, int legacy) {
   int rep[2] = {0, 0}, fds[2];
   if (pipe2(fds, O_CLOEXEC) < 0) return -1;
@@ -167,6 +190,7 @@ static pid_t spawn_forked(sbx_spawn_req *r, struct clone_args *ca, int *pidfd, i
   errno = saved;
   return pid;
 }
+#endif
 
 static int refused(int err) { return err == ENOSYS || err == EPERM; }
 
@@ -188,10 +212,13 @@ pid_t sbx_spawn(sbx_spawn_req *r, int *pidfd) {
   va.flags |= CLONE_VM | CLONE_VFORK;
   va.stack = (uint64_t)(uintptr_t)stack;
   va.stack_size = sizeof stack;
-  pid = (pid_t)sbx_clone3(&va, sizeof va, child, r);
+  pid = (pid_t)sbx_clone_raw(SYS_clone3, (long)&va, (long)sizeof va, 0, child, r);
   if (pid < 0 && refused(-pid)) {
-    pid = spawn_forked(r, &ca, pidfd, 1);
-  } else if (pid < 0) {
+    r->legacy = 1;                 /* the child joins its cgroup itself */
+    pid = (pid_t)sbx_clone_raw(SYS_clone, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
+                               (long)(stack + sizeof stack), (long)pidfd, child, r);
+  }
+  if (pid < 0) {
     errno = -pid;
     return -1;
   }

@@ -1,11 +1,13 @@
 /*
 ** Starting a child: vfork-style clone3 (the child borrows the parent's
 ** memory until it execs, so nothing is copied), straight into a cgroup when
-** one is given, with a pidfd. No Lua here: sbx-agent links it too.
+** one is given, with a pidfd; the old clone with the same flags where a
+** seccomp filter refuses clone3. No Lua here: sbx-agent links it too.
 */
 #ifndef SBX_SPAWN_H
 #define SBX_SPAWN_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -23,10 +25,15 @@ typedef struct sbx_spawn_req {
   int nfds;                  /* at most SBX_SPAWN_MAXFDS */
   const sbx_rlimit *rlimits; /* set in the child before execve */
   int nrlimits;
+  /* The signals the caller ignores (execve keeps SIG_IGN), from
+  ** sbx_ignored_signals: the child resets only those. NULL: every signal
+  ** that might be. Only for callers without signal handlers, as the child
+  ** runs in their memory until execve. */
+  const sigset_t *ignored;
   /* set by the child when it fails before execve */
   volatile int stage;        /* 1 chdir, 2 execve, 3 setrlimit, 4 fds, 5 cgroup */
   volatile int err_no;
-  int report;                /* internal: pipe for fork-style clone3 */
+  int report;                /* internal: pipe for fork-style clones */
   int legacy;                /* internal: the old clone (clone3 refused) */
 } sbx_spawn_req;
 
@@ -34,6 +41,9 @@ typedef struct sbx_spawn_req {
 ** r->stage/r->err_no when the child could not chdir or exec (it has been
 ** reaped). */
 pid_t sbx_spawn(sbx_spawn_req *r, int *pidfd);
+
+/* The signals the child of sbx_spawn resets that are SIG_IGN now. */
+void sbx_ignored_signals(sigset_t *set);
 
 /* Find `name` on `path` (a PATH value) like execvp, without using the
 ** caller's own environment. 0 and the result in buf, or an errno. */

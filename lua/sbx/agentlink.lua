@@ -20,6 +20,10 @@ M.ERRNO = { [2] = "ENOENT", [13] = "EACCES", [20] = "ENOTDIR", [21] = "EISDIR", 
 
 local CHUNK = 1024 * 1024          -- stdin and file data go in frames of at most this
 local UNCAPPED = 1 << 62           -- streaming: the host caps what it keeps
+-- Streamed output not yet taken by its reader: past HIGH the agent is told
+-- to stop reading that command (S), under LOW to go on (G). Other commands
+-- on the link keep flowing.
+local HIGH, LOW = 4 * 1024 * 1024, 1024 * 1024
 
 local function fail(kind, msg, op)
   errors.raise(kind, msg, { op = op })
@@ -66,7 +70,7 @@ Link.__index = Link
 ---t: read() -> chunk | nil, msg; write(data) -> true | nil, msg; close().
 ---Waits for the agent's hello; nil, message when it does not come.
 function M.open(t, timeout)
-  local link = setmetatable({ t = t, d = wire.decoder(), next_id = 0, waiting = {},
+  local link = setmetatable({ t = t, d = wire.decoder(), next_id = 0, waiting = {}, control = {},
                               rev = loop.event(), wev = loop.event() }, Link)
   local timer = loop.spawn(function()
     loop.sleep(timeout or 30)
@@ -135,6 +139,12 @@ function Link:_pump()
   end
   for _, f in ipairs(frames) do self:_dispatch(f) end
   self.rev:notify()
+  -- sent after dispatching (which never waits), so frames keep their order
+  if #self.control > 0 then
+    local c = table.concat(self.control)
+    self.control = {}
+    self:_send(c)
+  end
   return true
 end
 
@@ -253,7 +263,7 @@ function Link:spawn(req)
   local e = setmetatable({ link = self, argv0 = req.argv[1], cwd = req.cwd,
     max = req.max_output or 1048576, streaming = req.stream, start = loop.now(),
     out = {}, outn = 0, err = {}, errn = 0, truncated = false,
-    queue = {}, qhead = 1, qtail = 0 }, Exec)
+    queue = {}, qhead = 1, qtail = 0, qbytes = 0 }, Exec)
   e.id = self:_id(e)
   local stdin = req.stdin or ""
   local big = #stdin > CHUNK
@@ -303,6 +313,11 @@ function Exec:_on(f)
     if self.streaming and #data > 0 then
       self.qtail = self.qtail + 1
       self.queue[self.qtail] = { which == 1 and "stdout" or "stderr", data }
+      self.qbytes = self.qbytes + #data
+      if self.qbytes > HIGH and not self.paused and not self.status then
+        self.paused = true
+        self.link.control[#self.link.control + 1] = wire.frame("S", self.id)
+      end
     end
   elseif f.kind == "P" then
     self.pid = wire.fields("P", f.payload)
@@ -345,11 +360,19 @@ function Exec:read()
   if not item then return nil end
   self.queue[self.qhead] = nil
   self.qhead = self.qhead + 1
+  self.qbytes = self.qbytes - #item[2]
+  if self.paused and self.qbytes < LOW then self:_go() end
   return item[1], item[2]
+end
+
+function Exec:_go()
+  self.paused = false
+  if not self.status then self.link:_send(wire.frame("G", self.id)) end
 end
 
 function Exec:wait()
   self.streaming = false
+  if self.paused then self:_go() end
   self:_guard(function() while not self.status and self.link:_pump() do end end)
   if not self.status then self:_lost(self.link.broken or "closed") end
   local st = self.status

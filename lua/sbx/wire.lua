@@ -53,26 +53,46 @@ end
 
 ---An incremental decoder: d:feed(chunk) -> list of frames {kind, id, payload},
 ---or nil, message when the stream is broken.
+---Bytes not yet parsed are `buf` from `pos` on, then the chunks in `parts`:
+---while a frame is known to need more than has come, a chunk is only
+---remembered, so a big frame costs one join instead of a copy per chunk.
 function M.decoder()
   local buf, pos = "", 1
+  local parts, nparts, extra = {}, 0, 0   -- chunks after buf, their bytes
+  local need = 0                          -- bytes the next frame needs (0: unknown)
   local d = {}
   function d.feed(_, chunk)
-    buf = buf:sub(pos) .. chunk
-    pos = 1
+    local have = #buf - pos + 1 + extra + #chunk
+    if have < need then
+      nparts = nparts + 1
+      parts[nparts] = chunk
+      extra = extra + #chunk
+      return {}
+    end
+    if nparts > 0 then
+      buf = buf:sub(pos) .. table.concat(parts, "", 1, nparts) .. chunk
+      parts, nparts, extra = {}, 0, 0
+    else
+      buf = buf:sub(pos) .. chunk
+    end
+    pos, need = 1, 0
     local out = {}
     while #buf - pos + 1 >= 4 do
       local len = string.unpack(">I4", buf, pos)
       if len < 5 or len > M.MAX_FRAME then
         return nil, "broken agent stream: a frame of " .. len .. " bytes"
       end
-      if #buf - pos + 1 < 4 + len then break end
+      if #buf - pos + 1 < 4 + len then
+        need = 4 + len
+        break
+      end
       local kind, id = string.unpack(">c1I4", buf, pos + 4)
       out[#out + 1] = { kind = kind, id = id, payload = buf:sub(pos + 9, pos + 3 + len) }
       pos = pos + 4 + len
     end
     return out
   end
-  function d.pending() return #buf - pos + 1 end
+  function d.pending() return #buf - pos + 1 + extra end
   return d
 end
 

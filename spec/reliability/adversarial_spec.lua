@@ -43,6 +43,41 @@ describe("adversarial commands", function()
       end
     end)
 
+    it("a slow on_stdout consumer of a flood on " .. b[1] .. " holds the command back, not sbxlua's memory",
+       function()
+      local sb <close> = sbx.sandbox(b[1], b[2])
+      local function hwm()
+        local f = io.open("/proc/self/status")
+        local kb = tonumber(f:read("a"):match("VmHWM:%s+(%d+)"))
+        f:close()
+        return kb
+      end
+      local before = hwm()
+      -- another task keeps using the sandbox meanwhile: where commands share
+      -- one agent stream, it reads the flood's frames too
+      local done, others = false, 0
+      local other = sbx.spawn(function()
+        while not done do
+          assert(sb:execute_command("true").exit_code == 0)
+          others = others + 1
+        end
+      end)
+      local got, mark = 0, 0
+      local r = sb:execute_command("head", { "-c", "200000000", "/dev/zero" }, { timeout = 120,
+        on_stdout = function(c)
+          got = got + #c
+          if got - mark >= 2 * 1024 * 1024 then mark = got loop.sleep(0.02) end
+        end })
+      done = true
+      assert(other:join())
+      assert.equal(0, r.exit_code)
+      assert.equal(200000000, got)
+      assert.is_true(others > 0)
+      if (os.getenv("SBX_PRELOAD") or "") == "" then
+        assert.is_true(hwm() - before < 48 * 1024, "peak RSS grew by " .. (hwm() - before) // 1024 .. " MiB")
+      end
+    end)
+
     it("stdin that is never closed and a reader that never drains it do not hang on " .. b[1], function()
       local sb <close> = sbx.sandbox(b[1], b[2])
       local t0 = loop.now()

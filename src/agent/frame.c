@@ -183,6 +183,9 @@ int agent_req_parse(const agent_frame *f, agent_req *q, const char **why) {
       if (f->plen != 4) break;
       q->signo = load_u32(f->payload);
       return 0;
+    case 'S': case 'G':
+      if (f->plen != 0) break;
+      return 0;
     case 'r': case 'w': case 'l': case 'd': case 'm': case 's':
       return finish_path(f, q, why);
     default:

@@ -9,6 +9,11 @@
 ** the timeout, and on SIGTERM (K 9, or the agent's end) kills the whole
 ** tree. It tells the agent how things went through a status pipe of small
 ** fixed records; the agent never waits for a command itself.
+**
+** Latency: a supervisor is forked ahead of its command (the spare) and
+** gets the request through its stdin pipe, so that an R costs a pipe write
+** and not a fork; X goes out as soon as the supervisor's last record is
+** in, before it exits.
 */
 #include <errno.h>
 #include <fcntl.h>
@@ -35,7 +40,8 @@
 #define FINAL_DRAIN (1024 * 1024)  /* per stream, once the command is gone */
 #define SHUTDOWN_FLUSH_MS 1000     /* last answers to a host that stopped sending */
 #define TEXT_MAX (4096 + 256)      /* an E or Z message: a whole path and why */
-#define NOFILE_MAX 65536           /* the agent's fds: 3 or 4 per command */
+#define NOFILE_MAX 65536           /* the agent's fds: 4 per command */
+#define REAP_MS 10                 /* the next look at supervisors that sent X */
 
 struct msg {
   msg *next;
@@ -48,6 +54,12 @@ struct msg {
 ** under PIPE_BUF: never torn. */
 typedef struct sup_msg { int32_t what, a, b; } sup_msg;
 
+/* What the agent writes first on a supervisor's stdin pipe: this, then an
+** R frame of len bytes whose stdin field is empty (the command's stdin, if
+** need_in, follows in the same pipe). A supervisor is forked before its
+** command is known, so its request cannot come through fork. */
+typedef struct sup_req { uint32_t len, need_in; } sup_req;
+
 struct run {
   run *next;
   uint32_t id;
@@ -59,8 +71,10 @@ struct run {
   uint64_t max, got[2];
   int truncated;
   int done;                        /* the supervisor's last word is in */
-  int reaped;                      /* and it is gone */
+  int sent;                        /* X is queued: only the reaping is left */
+  int reaped;                      /* the supervisor is gone */
   int kind, n, pending_sig;
+  int stopped;                     /* S: the host's reader of it is behind */
   unsigned char sbuf[4 * sizeof(sup_msg)];
   size_t slen;
 };
@@ -158,9 +172,10 @@ static void flush(server *s) {
 
 /* ------------------------------------------------------------------ runs */
 
+/* A command whose X is not queued yet: after X its id is free again. */
 static run *find_run(server *s, uint32_t id) {
   for (run *r = s->runs; r; r = r->next)
-    if (r->id == id) return r;
+    if (r->id == id && !r->sent) return r;
   return NULL;
 }
 
@@ -296,19 +311,49 @@ static void free_run(run *r) {
   free(r);
 }
 
-/* Finish every run whose supervisor is gone, while the queue has room. */
+/* Send X for every run whose supervisor has had its last word, while the
+** queue has room: the command is reaped by then, so X does not wait for the
+** supervisor's exit. That exit is not watched either (its wakeup would
+** take the CPU from the host reading X): reap_sent collects the supervisor
+** later, a zombie until then. Runs that are sent and reaped are freed. */
 static void finish_runs(server *s) {
   run **p = &s->runs;
   while (*p) {
     run *r = *p;
-    if (r->reaped && s->queued < OUT_LIMIT) {
+    if (r->done && !r->sent && s->queued < OUT_LIMIT) {
       finish(s, r);
+      close_fd(&r->status_fd);
+      r->sent = 1;
+    }
+    if (r->sent && r->reaped) {
       *p = r->next;
       free_run(r);
     } else {
       p = &r->next;
     }
   }
+}
+
+/* Supervisors that sent X and are still to be reaped. */
+static int unreaped(const server *s) {
+  for (const run *r = s->runs; r; r = r->next)
+    if (r->sent && !r->reaped) return 1;
+  return 0;
+}
+
+/* Reap the supervisors that sent X and have exited since. */
+static void reap_sent(server *s) {
+  for (run *r = s->runs; r; r = r->next)
+    if (r->sent && !r->reaped && waitpid(r->sup, NULL, WNOHANG) == r->sup)
+      r->reaped = 1;
+}
+
+/* A command between its R and its P: its supervisor (or the command) is
+** about to want a CPU, which may well be ours. */
+static int starting(const server *s) {
+  for (const run *r = s->runs; r; r = r->next)
+    if (!r->pid && !r->done) return 1;
+  return 0;
 }
 
 /* ------------------------------------------------------------ supervisor */
@@ -341,11 +386,45 @@ static void report(int fd, int what, int a, int b) {
   (void)n;
 }
 
+/* n bytes from a blocking fd; -1 if it ends first. */
+static int read_full(int fd, void *buf, size_t n) {
+  unsigned char *p = buf;
+  while (n > 0) {
+    ssize_t k = read(fd, p, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return -1;
+    p += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+/* The request on the supervisor's stdin pipe (see sup_req): 0, -1 when the
+** pipe closed first (the agent stopped), or an errno. */
+static int read_request(int fd, agent_req *q, int *need_in) {
+  sup_req h;
+  agent_frame f;
+  const char *why;
+  if (read_full(fd, &h, sizeof h) < 0) return -1;
+  unsigned char *buf = malloc(h.len ? h.len : 1);
+  if (!buf) return ENOMEM;
+  if (read_full(fd, buf, h.len) < 0) return -1;
+  *need_in = (int)h.need_in;
+  /* the agent parsed this frame already: only memory can fail here */
+  if (agent_frame_split(buf, h.len, &f) != AGENT_FRAME_OK ||
+      agent_req_parse(&f, q, &why) < 0)
+    return ENOMEM;
+  return 0;
+}
+
 /* The forked supervisor of one command; never returns. fds: stdin read
-** end (or -1), stdout and stderr write ends, the status pipe. */
-static void supervise(const server *s, const agent_req *q, int fds[4]) {
+** end, stdout and stderr write ends, the status pipe. Everything that does
+** not depend on the command is done before its request is read: a spare
+** supervisor waits there, ready. */
+static void supervise(const server *s, int fds[4]) {
   char path[4096];
-  int pidfd, e;
+  agent_req q;
+  int pidfd, need_in = 0;
   keep_fds(fds, 4);
   if (s->nofile.rlim_cur > 0)      /* the command gets the usual limit */
     setrlimit(RLIMIT_NOFILE, &s->nofile);
@@ -353,8 +432,15 @@ static void supervise(const server *s, const agent_req *q, int fds[4]) {
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != s->self) _exit(0);
   int sfd = sup_start();
-  e = sfd < 0 ? errno
-    : sbx_find_program(q->argv[0], sbx_env_path(q->envp), path, sizeof path);
+  int e = sfd < 0 ? errno : 0;
+  int got = read_request(fds[0], &q, &need_in);
+  if (got < 0) _exit(0);           /* no command: the agent is stopping */
+  if (!need_in) {                  /* the command's stdin is /dev/null */
+    close(fds[0]);
+    fds[0] = -1;
+  }
+  if (!e) e = got;
+  if (!e) e = sbx_find_program(q.argv[0], sbx_env_path(q.envp), path, sizeof path);
   if (e) {
     report(fds[3], 'X', SUP_NOEXEC, e);
     _exit(0);
@@ -362,83 +448,138 @@ static void supervise(const server *s, const agent_req *q, int fds[4]) {
   sbx_spawn_req r;
   memset(&r, 0, sizeof r);
   r.path = path;
-  r.cwd = q->path[0] ? q->path : NULL;
-  r.argv = q->argv;
-  r.envp = q->envp;
+  r.cwd = q.path[0] ? q.path : NULL;
+  r.argv = q.argv;
+  r.envp = q.envp;
   r.in = fds[0];
   r.out = fds[1];
   r.err = fds[2];
   r.cgroup_fd = -1;
+  r.ignored = &s->ignored;         /* we have no handlers: see spawn.h */
   pid_t pid = sbx_spawn(&r, &pidfd);
   if (pid < 0) {
     report(fds[3], 'X', r.stage == 1 ? SUP_NOCWD : SUP_NOEXEC, errno);
     _exit(0);
   }
   close(pidfd);
-  for (int i = 0; i < 3; i++)
-    if (fds[i] >= 0) close(fds[i]);
+  /* The write ends of stdout and stderr stay open here until we exit: the
+  ** command's exit then wakes the agent only through our X (which drains
+  ** the pipes anyway), not twice more with their EOF while it exits. */
+  if (fds[0] >= 0) close(fds[0]);
   report(fds[3], 'P', pid, 0);
-  sup_end end = sup_wait(pid, sfd, q->timeout_ms / 1000.0, NULL);
+  sup_end end = sup_wait(pid, sfd, q.timeout_ms / 1000.0, NULL);
   /* whatever signal told us to stop, the tree got SIGKILL */
   if (end.kind == SUP_KILLED) end.n = SIGKILL;
   report(fds[3], 'X', end.kind, end.n);
   _exit(0);
 }
 
-/* No supervisor: the run ends at once, as noexec with e. */
-static void run_failed(server *s, uint32_t id, int e, int fds[8]) {
-  for (int i = 0; i < 8; i++)
+static void close_all(int *fds, int n) {
+  for (int i = 0; i < n; i++)
     if (fds[i] >= 0) close(fds[i]);
-  send_exit(s, id, SUP_NOEXEC, e, 0);
 }
 
-static void start_run(server *s, const agent_req *q) {
+/* A supervisor with its pipes, waiting for a request (id not set yet);
+** NULL and *err when it cannot be made. */
+static run *new_supervisor(server *s, int *err) {
   /* out r/w, err r/w, status r/w, in r/w */
   int fds[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
-  int keep = q->flags & 1, need_in = keep || q->dlen > 0;
   run *r = calloc(1, sizeof *r);
-  if (!r || pipe2(fds, O_CLOEXEC) < 0 || pipe2(fds + 2, O_CLOEXEC) < 0 ||
-      pipe2(fds + 4, O_CLOEXEC) < 0 || (need_in && pipe2(fds + 6, O_CLOEXEC) < 0) ||
-      add_stdin(r, q->data, q->dlen) < 0) {
-    int e = r ? errno : ENOMEM;
-    if (r) free(r->pend);
-    free(r);
-    run_failed(s, q->id, e, fds);
-    return;
-  }
+  *err = ENOMEM;
+  if (!r) return NULL;
+  for (int i = 0; i < 8; i += 2)
+    if (pipe2(fds + i, O_CLOEXEC) < 0) {
+      *err = errno;
+      close_all(fds, 8);
+      free(r);
+      return NULL;
+    }
   sigset_t set, old;
   sup_signals(&set);
   sigprocmask(SIG_BLOCK, &set, &old);   /* the supervisor's, from its start */
   pid_t pid = fork();
   if (pid == 0) {
     int child[4] = {fds[6], fds[1], fds[3], fds[5]};
-    supervise(s, q, child);
+    supervise(s, child);
   }
-  int e = errno;
+  *err = errno;
   sigprocmask(SIG_SETMASK, &old, NULL);
   if (pid < 0) {
-    free(r->pend);
+    close_all(fds, 8);
     free(r);
-    run_failed(s, q->id, e, fds);
-    return;
+    return NULL;
   }
   close(fds[1]);
   close(fds[3]);
   close(fds[5]);
-  if (fds[6] >= 0) close(fds[6]);
-  r->id = q->id;
+  close(fds[6]);
   r->sup = pid;
   r->fd[0] = fds[0];
   r->fd[1] = fds[2];
   r->status_fd = fds[4];
   r->in_fd = fds[7];
-  r->keep_stdin = keep;
-  r->close_in = !keep;
-  r->max = q->max;
   fcntl(r->fd[0], F_SETFL, O_NONBLOCK);
   fcntl(r->fd[1], F_SETFL, O_NONBLOCK);
   fcntl(r->status_fd, F_SETFL, O_NONBLOCK);
-  if (r->in_fd >= 0) fcntl(r->in_fd, F_SETFL, O_NONBLOCK);
+  fcntl(r->in_fd, F_SETFL, O_NONBLOCK);
+  return r;
+}
+
+/* A supervisor that never got (or never took) its command. */
+static void drop_supervisor(run *r) {
+  kill(r->sup, SIGKILL);
+  waitpid(r->sup, NULL, 0);
+  free_run(r);
+}
+
+/* The next command's supervisor, forked ahead of time so that a command
+** starts without waiting for a fork. After a failed fork the next R tries
+** again (on its own). */
+static void make_spare(server *s) {
+  int e;
+  if (s->spare || s->spare_failed) return;
+  s->spare = new_supervisor(s, &e);
+  if (!s->spare) s->spare_failed = 1;
+}
+
+/* What the supervisor reads first: the header, then f with its stdin field
+** emptied; the command's own stdin follows in the same pipe. */
+static int queue_request(run *r, const agent_frame *f, const agent_req *q) {
+  size_t keep = f->plen - q->dlen - 4;   /* the payload before stdin's s4 */
+  size_t len = AGENT_HDR + keep + 4;
+  sup_req h = {(uint32_t)len, (q->flags & 1) || q->dlen > 0};
+  unsigned char *p = malloc(sizeof h + len + q->dlen);
+  if (!p) return -1;
+  memcpy(p, &h, sizeof h);
+  unsigned char *w = agent_put_header(p + sizeof h, 'R', q->id, keep + 4);
+  memcpy(w, f->payload, keep);
+  w = agent_put_u32(w + keep, 0);
+  if (q->dlen) memcpy(w, q->data, q->dlen);
+  r->pend = p;
+  r->plen = sizeof h + len + q->dlen;
+  r->poff = 0;
+  return 0;
+}
+
+static void start_run(server *s, const agent_frame *f, const agent_req *q) {
+  int e = 0;
+  run *r = s->spare;
+  s->spare = NULL;
+  s->spare_failed = 0;
+  if (!r) r = new_supervisor(s, &e);
+  if (r && queue_request(r, f, q) < 0) {
+    drop_supervisor(r);
+    r = NULL;
+    e = ENOMEM;
+  }
+  if (!r) {                        /* no supervisor: the run ends at once */
+    send_exit(s, q->id, SUP_NOEXEC, e, 0);
+    return;
+  }
+  r->id = q->id;
+  r->keep_stdin = q->flags & 1;
+  r->close_in = !r->keep_stdin;
+  r->max = q->max;
   r->next = s->runs;
   s->runs = r;
   pump_stdin(r);
@@ -480,6 +621,14 @@ static void on_signal(server *s, const agent_req *q) {
   else r->pending_sig = (int)q->signo;   /* sent once P is known */
 }
 
+/* S and G: one command's output waits in its pipes while the host's
+** reader of it catches up. They race with the command's end, so an id that
+** is not running is no error. */
+static void on_flow(server *s, const agent_req *q) {
+  run *r = find_run(s, q->id);
+  if (r) r->stopped = q->type == 'S';
+}
+
 /* ------------------------------------------------------------- requests */
 
 static void dispatch(server *s, const agent_frame *f) {
@@ -497,13 +646,15 @@ static void dispatch(server *s, const agent_frame *f) {
     on_stdin(s, &q);
   } else if (q.type == 'K') {
     on_signal(s, &q);
+  } else if (q.type == 'S' || q.type == 'G') {
+    on_flow(s, &q);
   } else if (q.id == 0) {
     send_error(s, 0, "id 0 is the connection, not a request");
   } else if (find_run(s, q.id) || fs_busy(s, q.id)) {
     snprintf(text, sizeof text, "id %u is already in use", q.id);
     send_error(s, q.id, text);
   } else if (q.type == 'R') {
-    start_run(s, &q);
+    start_run(s, f, &q);
   } else {
     fs_request(s, &q);
   }
@@ -569,7 +720,7 @@ static void read_input(server *s) {
 
 /* ------------------------------------------------------------------ loop */
 
-enum { W_STDIN, W_STDOUT, W_STATUS, W_OUT, W_ERR, W_IN };
+enum { W_STDIN, W_STDOUT, W_STATUS, W_OUT, W_ERR, W_IN, W_SPARE };
 
 typedef struct slot { run *r; int what; } slot;
 typedef struct pollset { struct pollfd *fds; slot *slots; size_t n, cap; } pollset;
@@ -595,11 +746,13 @@ static void build(server *s, pollset *ps) {
   ps->n = 0;
   if (s->in_open && !s->broken) watch(ps, 0, POLLIN, NULL, W_STDIN);
   if (s->head) watch(ps, 1, POLLOUT, NULL, W_STDOUT);
+  /* a spare says nothing before its request: any event is its end */
+  if (s->spare) watch(ps, s->spare->status_fd, POLLIN, s->spare, W_SPARE);
   for (run *r = s->runs; r; r = r->next) {
     watch(ps, r->status_fd, POLLIN, r, W_STATUS);
     /* output only after P went out: the command may write before its
     ** supervisor has said it started */
-    if (!paused && (r->pid > 0 || r->done)) {
+    if (!paused && !r->stopped && (r->pid > 0 || r->done)) {
       watch(ps, r->fd[0], POLLIN, r, W_OUT);
       watch(ps, r->fd[1], POLLIN, r, W_ERR);
     }
@@ -621,6 +774,7 @@ static void handle(server *s, const pollset *ps) {
       case W_OUT: read_output(s, r, 0, CHUNK); break;
       case W_ERR: read_output(s, r, 1, CHUNK); break;
       case W_IN: pump_stdin(r); break;
+      case W_SPARE: drop_supervisor(r); s->spare = NULL; break;
     }
   }
   if (input) read_input(s);
@@ -629,6 +783,8 @@ static void handle(server *s, const pollset *ps) {
 /* The host is gone (or the stream broke): every tree dies, the
 ** supervisors are reaped, and what is queued gets a short last chance. */
 static void stop_all(server *s) {
+  if (s->spare) drop_supervisor(s->spare);
+  s->spare = NULL;
   for (run *r = s->runs; r; r = r->next)
     if (!r->reaped) kill(r->sup, SIGTERM);
   while (s->runs) {
@@ -675,14 +831,23 @@ int agent_serve(void) {
   s->self = getpid();
   raise_nofile(s);
   signal(SIGPIPE, SIG_IGN);        /* a gone host or command is EPIPE */
+  sbx_ignored_signals(&s->ignored);  /* what each command's child resets */
   fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
   fcntl(1, F_SETFL, fcntl(1, F_GETFL) | O_NONBLOCK);
   hello(s);
   while (s->in_open && !s->broken && s->out_ok) {
     flush(s);
+    /* Housekeeping waits while a command starts: the supervisor just woken
+    ** by its request would wait for this CPU (a pipe's wakeup puts the
+    ** reader on the writer's CPU). It runs once the command has its P. */
+    if (!starting(s)) {
+      make_spare(s);
+      reap_sent(s);
+    }
     build(s, &ps);
-    /* file reads go on by themselves while the queue has room */
-    int timeout = s->reads && s->queued < OUT_LIMIT ? 0 : -1;
+    /* file reads go on by themselves while the queue has room, and
+    ** supervisors that sent X are looked at again after a while */
+    int timeout = s->reads && s->queued < OUT_LIMIT ? 0 : unreaped(s) ? REAP_MS : -1;
     int n = poll(ps.fds, (nfds_t)ps.n, timeout);
     if (n < 0 && errno != EINTR) fatal("poll");
     if (n > 0) handle(s, &ps);

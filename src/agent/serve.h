@@ -6,6 +6,7 @@
 #define SBX_AGENT_SERVE_H
 
 #include <stddef.h>
+#include <signal.h>
 #include <stdint.h>
 #include <sys/resource.h>
 #include <sys/types.h>
@@ -28,9 +29,12 @@ typedef struct server {
   int in_open;                        /* 0 at stdin's EOF */
   int broken;                         /* a frame length was out of range */
   run *runs;
+  run *spare;                         /* a supervisor waiting for its command */
+  int spare_failed;                   /* its fork failed: wait for the next R */
   rjob *reads;
   pid_t self;
   struct rlimit nofile;               /* as the agent found it: for commands */
+  sigset_t ignored;                   /* SIG_IGN signals a command gets reset */
   char scratch[DATA_CHUNK];           /* file data on its way into D frames */
   size_t nscratch;
 } server;

@@ -72,13 +72,15 @@ local function route(c, method, path)
     return answer(c, 201, { Id = query:find("name=sbxlua", 1, true) and "c1" or "helper", Warnings = {} })
   end
   local id, rest = p:match("^/containers/([^/]+)(.*)$")
-  if id and method == "HEAD" and rest == "/archive" then return answer(c, 200, "") end
   if id and method == "POST" and rest == "/start" then return answer(c, 204) end
   if id and method == "POST" and rest == "/exec" then
     return answer(c, 500, { message = "this engine runs no exec" })
   end
   if id and method == "GET" and rest == "/json" then return answer(c, 200, { Id = id, State = { Running = true } }) end
   if id and method == "DELETE" and rest == "" then return answer(c, 204) end
+  if id == "helper" and method == "GET" and rest == "/archive" then   -- the agent volume is filled
+    return answer(c, 200, archive{ { name = "current", data = "sbx-agent-00ff" } }, "application/x-tar")
+  end
   if id and method == "GET" and rest == "/archive" then
     local a = engine.archive
     if type(a) == "function" then return a(c) end

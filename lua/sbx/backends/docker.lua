@@ -15,6 +15,7 @@ local errors = require "sbx.errors"
 local owner = require "sbx.owner"
 local paths = require "sbx.paths"
 local agentlink = require "sbx.agentlink"
+local hex = require("sbx.proc").random_hex
 
 local M = {}
 
@@ -238,10 +239,23 @@ local agent_volume
 
 local agent_hash = agentlink.hash
 
+-- The volume holds each upload under a name of its own and, last, a file
+-- `current` naming a complete one: an upload cut short (its sbxlua killed,
+-- the engine restarted) can never leave a partial agent under the name the
+-- containers run, even while another process fills the same volume.
+local function read_current(cid)
+  local res = call("GET", "/containers/" .. q(cid) .. "/archive?path=" .. q(M.AGENT_DIR .. "/current"),
+                   { op = "create", timeout = 60, max_body = 65536 })
+  if res.status ~= 200 then return nil end
+  local name = tar.read_one(res.body or "", { max_bytes = 256 })
+  return type(name) == "string" and name:match("^sbx%-agent%-%x+$") or nil
+end
+
 ---The volume holding this build's sbx-agent, filled through a helper
----container (created, never started) on first use.
+---container (created, never started) on first use; returns the volume's
+---name and the agent's path inside containers.
 local function ensure_agent_volume(image)
-  if agent_volume then return agent_volume end
+  if agent_volume then return agent_volume, M.agent_path end
   local blob = require "sbx.agentbin"
   local name = "sbxlua-agent-" .. agent_hash(blob)
   api("POST", "/volumes/create", { 201, 200 }, { op = "create", kind = "SandboxCreationError",
@@ -254,23 +268,23 @@ local function ensure_agent_volume(image)
                         ["sbxlua.id"] = "agent-helper" },
              HostConfig = { Mounts = { { Type = "volume", Source = name, Target = M.AGENT_DIR } } } } })
   local cid = field(res, "Id", "string", { op = "create", kind = "SandboxCreationError" })
-  local ok, err = pcall(function()
-    local have = call("HEAD", "/containers/" .. q(cid) .. "/archive?path=" .. q(M.AGENT_DIR .. "/sbx-agent.ok"),
-                      { op = "create", timeout = 60 })
-    if have.status == 200 then return end
-    -- the marker goes last: a volume with the marker holds a whole agent
-    for _, entry in ipairs{ { path = "sbx-agent", data = blob, mode = tonumber("755", 8) },
-                            { path = "sbx-agent.ok", data = "", mode = tonumber("644", 8) } } do
+  local ok, file = pcall(function()
+    local have = read_current(cid)
+    if have then return have end
+    local file = "sbx-agent-" .. agent_hash(blob) .. hex(6)
+    for _, entry in ipairs{ { path = file, data = blob, mode = tonumber("755", 8) },
+                            { path = "current", data = file, mode = tonumber("644", 8) } } do
       local archive = assert(tar.pack({ entry }, { parents = false }))
       api("PUT", "/containers/" .. q(cid) .. "/archive?path=" .. q(M.AGENT_DIR), { 200 },
           { op = "create", body = archive, headers = { ["Content-Type"] = "application/x-tar" },
             kind = "SandboxCreationError" })
     end
+    return file
   end)
   pcall(call, "DELETE", "/containers/" .. q(cid) .. "?force=true&v=false", { op = "create" })
-  if not ok then error(err, 0) end
-  agent_volume = name
-  return name
+  if not ok then error(file, 0) end
+  agent_volume, M.agent_path = name, M.AGENT_DIR .. "/" .. file
+  return agent_volume, M.agent_path
 end
 
 local function create_body(spec)
@@ -284,7 +298,7 @@ local function create_body(spec)
   local body = {
     Image = spec.snapshot_id or spec.image or M.image or os.getenv("SBX_DOCKER_IMAGE")
             or "python:3.12-slim",
-    Entrypoint = { M.AGENT }, Cmd = { "sleep" },
+    Entrypoint = { spec.agent_path }, Cmd = { "sleep" },
     WorkingDir = M.WORKDIR, Labels = labels,
     HostConfig = {
       CapDrop = { "ALL" }, CapAdd = M.CAPS, SecurityOpt = { "no-new-privileges" },
@@ -327,7 +341,7 @@ function M.create(spec)
            .. tostring(why), { op = "create" })
     end
   end
-  spec.agent_volume = ensure_agent_volume(image)
+  spec.agent_volume, spec.agent_path = ensure_agent_volume(image)
   local body = create_body(spec)
   local path = "/containers/create?name=" .. q("sbxlua-" .. spec.id)
   local res = call("POST", path, { op = "create", body = body, timeout = 120 })
@@ -339,7 +353,7 @@ function M.create(spec)
     pcall(remove_container, "sbxlua-" .. spec.id)
     error(cid, 0)
   end
-  local h = { cid = cid, id = spec.id, session = spec.session }
+  local h = { cid = cid, id = spec.id, session = spec.session, agent = spec.agent_path }
   local ok, err = pcall(function()
     api("POST", "/containers/" .. cid .. "/start", { 204, 304 }, { op = "create", kind = "SandboxCreationError",
         bad_request = "SandboxCreationError", conflict = "SandboxCreationError" })
@@ -369,7 +383,10 @@ function M.resume(state)
   if not (info.State and info.State.Running) then
     fail("SandboxNotFoundError", "container " .. state.container .. " is not running", { op = "resume" })
   end
-  return { cid = state.container, id = state.id, session = state.session }
+  -- the agent this container runs is its entrypoint
+  local ep = type(info.Config) == "table" and type(info.Config.Entrypoint) == "table" and info.Config.Entrypoint[1]
+  return { cid = state.container, id = state.id, session = state.session,
+           agent = type(ep) == "string" and ep or M.AGENT }
 end
 
 function M.is_alive(h)
@@ -430,7 +447,7 @@ end
 local hijack
 
 local function agent(h, args, op)
-  local cmd = { M.AGENT }
+  local cmd = { h.agent or M.AGENT }
   for _, a in ipairs(args) do cmd[#cmd + 1] = a end
   local eid = exec_create(h, cmd, {}, op)
   local s, pending = hijack(eid, op)
@@ -457,7 +474,6 @@ local Exec = {}
 Exec.__index = Exec
 Exec.__close = function(e) e:close() end
 
-local hex = require("sbx.proc").random_hex
 
 -- Start an exec on a hijacked connection (HTTP upgrade to a raw stream):
 -- its output arrives multiplexed, and what we write is the command's stdin.
@@ -534,7 +550,7 @@ end
 local function open_link(h)
   local res = api("POST", "/containers/" .. q(h.cid) .. "/exec", { 201 }, { op = "exec",
     body = { AttachStdout = true, AttachStderr = true, AttachStdin = true, Tty = false,
-             Cmd = M.SERVE or { M.AGENT, "serve" } },
+             Cmd = M.SERVE or { h.agent or M.AGENT, "serve" } },
     conflict = "SandboxNotFoundError" })
   local s, pending = hijack(field(res, "Id", "string", { op = "exec" }), "exec")
   return agentlink.open(transport(s, pending), 15)
@@ -573,7 +589,7 @@ end
 function M.engine_spawn(h, req)
   local nonce = hex(16)
   local pidfile = M.RUNDIR .. "/" .. nonce .. ".pid"
-  local cmd = { M.AGENT, "run", "--pidfile", pidfile, "--stdin", "-",
+  local cmd = { h.agent or M.AGENT, "run", "--pidfile", pidfile, "--stdin", "-",
                 "--cwd", paths.resolve(M.WORKDIR, req.cwd or M.WORKDIR, "exec") }
   if req.timeout then
     cmd[#cmd + 1] = "--timeout"

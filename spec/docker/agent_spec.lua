@@ -36,6 +36,7 @@ end
 describe("docker agent", function()
   it("runs every command and file operation over one agent stream", function()
     local sb <close> = sbx.sandbox("docker", { image = IMAGE })
+    sb:execute_command("true")            -- the agent starts with create, in the background
     assert.truthy(sb._h.link, "no agent link: " .. tostring(docker.fallback))
     assert.matches("^sbx%-agent ", sb._h.link.hello)
     local before = exec_count(sb)
@@ -121,8 +122,10 @@ describe("docker agent", function()
     docker.SERVE = { "/bin/sh", "-c", "echo no agent here >&2; exit 3" }
     docker.fallback = nil
     local okc, sb = pcall(sbx.sandbox, "docker", { image = IMAGE })
-    docker.SERVE = nil
     assert(okc, tostring(sb))
+    local first = sb:execute_command("echo first")
+    docker.SERVE = nil
+    assert.equal("first\n", first.stdout)
     assert.is_nil(sb._h.link)
     assert.matches("no agent here", docker.fallback)
     assert.equal("still works\n", sb:execute_command("echo still works").stdout)

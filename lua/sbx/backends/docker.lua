@@ -327,6 +327,8 @@ local function remove_container(cid)
   end
 end
 
+local open_into     -- below, with the agent link
+
 ---@param spec table id, session, ttl, labels, image, cpu, memory_mb, allow_internet, snapshot_id, backend_options
 function M.create(spec)
   connect()
@@ -363,7 +365,9 @@ function M.create(spec)
     if errors.is(err, "SandboxError") then error(err, 0) end
     fail("SandboxCreationError", "create: " .. tostring(err), { op = "create" })
   end
-  pcall(M.link_of, h)   -- the agent starts now, so the first command does not wait for it
+  -- the agent starts meanwhile: create does not wait for it (an engine exec
+  -- costs ~40 ms), the first operation does if it comes sooner
+  if mode() ~= "engine" then h.opener = loop.spawn(open_into, h) end
   return h
 end
 
@@ -395,6 +399,7 @@ function M.is_alive(h)
 end
 
 function M.destroy(h)
+  if h.opener and h.opener:status() ~= "done" then h.opener:cancel() end
   if h.link then h.link:close() end
   remove_container(h.cid)
 end
@@ -558,18 +563,30 @@ end
 
 ---The sandbox's agent link, (re)opened on demand; nil when this sandbox
 ---uses the engine's exec path.
-local function link_of(h)
-  if h.link and not h.link.broken then return h.link end
-  if mode() == "engine" or h.no_agent then return nil end
+-- Open the agent link of h (in a task of its own: see link_of).
+function open_into(h)
   local ok, link, why = pcall(open_link, h)
   if ok and link then
     h.link = link
-    return link
+  elseif not ok and errors.is(link, "SandboxNotFoundError") then
+    h.open_error = link
+  elseif not errors.is(link, "Cancelled") then
+    h.no_agent = "sbx-agent serve did not start: " .. tostring(ok and why or (type(link) == "table" and link.message or link))
+    M.fallback = h.no_agent
   end
-  if not ok and errors.is(link, "SandboxNotFoundError") then error(link, 0) end
-  h.no_agent = "sbx-agent serve did not start: " .. tostring(ok and why or (type(link) == "table" and link.message or link))
-  M.fallback = h.no_agent
-  return nil
+end
+
+---The sandbox's agent link, (re)opened on demand; nil when this sandbox
+---uses the engine's exec path. One task opens it, however many wait.
+local function link_of(h)
+  if h.link and not h.link.broken then return h.link end
+  if mode() == "engine" or h.no_agent then return nil end
+  if not h.opener or h.opener:status() == "done" then h.opener = loop.spawn(open_into, h) end
+  h.opener:join()
+  local err = h.open_error
+  h.open_error = nil
+  if err then error(err, 0) end
+  return h.link and not h.link.broken and h.link or nil
 end
 M.link_of = link_of
 

@@ -87,6 +87,28 @@ describe("adversarial commands", function()
     end)
   end
 
+  -- local and bwrap have no pids limit on this machine (no cgroup
+  -- controllers; root is exempt from RLIMIT_NPROC): a real fork bomb would
+  -- take the host down with it. A throttled one (a generation every 0.2 s,
+  -- so ~2^8 processes when the timeout strikes) still checks that a tree
+  -- forking while it is killed dies whole.
+  for _, b in ipairs(BACKENDS) do
+    if b[1] ~= "docker" then
+      it("a throttled fork bomb dies with its timeout, whole, on " .. b[1], function()
+        local sb <close> = sbx.sandbox(b[1], b[2])
+        local tag = "sbxslowbomb" .. math.random(1e9)
+        local t0 = loop.now()
+        local r = sb:execute_command("bash", { "-c",
+          "b() { exec -a " .. tag .. " bash -c 'b() { sleep 0.2; b & b & wait; }; b' ; }; b" }, { timeout = 1.6 })
+        assert.is_true(r.timed_out)
+        assert.is_true(loop.now() - t0 < 20)
+        loop.sleep(0.5)
+        assert.equal(0, survivors(tag))
+        assert.equal("alive\n", sb:execute_command("echo alive").stdout)
+      end)
+    end
+  end
+
   if require("sbx.backends.docker").available() then
     it("a fork bomb dies with its timeout, whole (docker: PidsLimit bounds it)", function()
       local sb <close> = sbx.sandbox("docker", { image = IMAGE })

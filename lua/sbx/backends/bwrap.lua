@@ -783,27 +783,43 @@ M.AGENT_IN = "/run/.sbx/sbx-agent"
 
 local function mode() return M.exec_mode or os.getenv("SBX_BWRAP_EXEC") or "agent" end
 
--- The embedded agent as a host file bwrap can bind: written once per build.
+-- The embedded agent as a host file bwrap can bind: written once per build
+-- (checked before each namespace: another build's sbxlua may prune it).
+-- Agents of other builds unused for a day are removed meanwhile; running
+-- namespaces keep theirs (a bind holds the file, not its name).
 local agent_path
+local PRUNE_AFTER = 86400
+
+local function prune(root, keep)
+  for _, e in ipairs(root:list(".") or {}) do
+    local name = e.name or e.path
+    if name ~= keep and name:match("^sbx%-agent%-") and e.mtime and os.time() - e.mtime > PRUNE_AFTER then
+      root:remove(name)
+    end
+  end
+end
+
 local function agent_file()
-  if agent_path then return agent_path end
+  if agent_path then
+    local f = io.open(agent_path, "rb")
+    if f then f:close() return agent_path end
+  end
   local blob = require "sbx.agentbin"
   local dir = owner.state_dir() .. "/agent"
   local name = "sbx-agent-" .. agentlink.hash(blob)
-  local f = io.open(dir .. "/" .. name, "rb")
-  if f then
-    f:close()
-  else
-    local ok, err = fs.mkdir_host(dir)
-    if not ok then return nil, err end
-    local root, rerr = fs.open_root(dir)
-    if not root then return nil, rerr end
+  local ok, err = fs.mkdir_host(dir)
+  if not ok then return nil, err end
+  local root, rerr = fs.open_root(dir)
+  if not root then return nil, rerr end
+  local st = root:stat(name)
+  if not st or st.size ~= #blob then
     local tmp = name .. "." .. proc.random_hex(8)
     local wok, werr = root:write(tmp, blob, tonumber("755", 8))
-    root:close()
-    if not wok then return nil, werr end
+    if not wok then root:close() return nil, werr end
     os.rename(dir .. "/" .. tmp, dir .. "/" .. name)      -- atomic: racing writers agree
   end
+  pcall(prune, root, name)
+  root:close()
   agent_path = dir .. "/" .. name
   return agent_path
 end

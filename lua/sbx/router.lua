@@ -558,7 +558,9 @@ end
 ---Create on a pinned backend: budget, admission (waits, yielding), stats.
 function M.pinned(name, opts, create_on)
   config.get()
-  local desc = M.describe()[name]
+  -- the static descriptor only: a pinned create probes no other backend
+  local e = statics().by[name]
+  local desc = e and e.desc
   if desc and desc.price then
     local fits, why = meter.fits(meter.projected(desc.price, opts))
     if not fits then

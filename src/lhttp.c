@@ -8,18 +8,24 @@
 ** request is an easy handle inside a Response userdata that stays anchored
 ** while curl owns it. curl's callbacks only fill C buffers and wake
 ** waiters; Lua values are built in the continuations.
+**
+** libcurl (and the ~30 libraries it pulls in) is dlopen'ed on first need,
+** not linked: loading it costs a process ~5 ms that most runs never use.
 */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#define CURL_DISABLE_TYPECHECK     /* its macros call the linked symbols */
 #include <curl/curl.h>
 
 #include "lauxlib.h"
@@ -34,6 +40,24 @@
 #define MAX_IDLE_CONNS 32
 
 static const char HTTP_KEY = 'H';
+
+/* The libcurl functions used here: cu.<name> is curl_<name>. */
+#define CURL_FUNCS(X) \
+  X(global_init) X(version) X(free) X(easy_init) X(easy_cleanup) \
+  X(easy_setopt) X(easy_getinfo) X(easy_pause) X(easy_strerror) \
+  X(multi_init) X(multi_cleanup) X(multi_setopt) X(multi_add_handle) \
+  X(multi_remove_handle) X(multi_assign) X(multi_info_read) \
+  X(multi_socket_action) X(multi_strerror) X(slist_append) \
+  X(slist_free_all) X(url) X(url_cleanup) X(url_get) X(url_set)
+
+/* Process-wide, like the library itself; filled once by load_curl(). */
+static struct {
+#define X(f) __typeof__(&curl_##f) f;
+  CURL_FUNCS(X)
+#undef X
+} cu;
+static int cu_loaded;            /* 0 not tried, 1 ready, -1 failed */
+static char cu_why[256];         /* why it failed */
 
 typedef struct hstate hstate;
 
@@ -72,6 +96,42 @@ struct hstate {
   xfer *live;
   int nlive, closed;
 };
+
+
+/* ------------------------------------------------------- loading curl */
+
+static void *cu_sym(void *lib, const char *name) {
+  void *f = dlsym(lib, name);
+  if (!f) snprintf(cu_why, sizeof cu_why, "libcurl too old: no %s", name);
+  return f;
+}
+
+static int load_curl(void) {
+  void *lib;
+  if (cu_loaded) return cu_loaded > 0;
+  cu_loaded = -1;
+  if ((lib = dlopen("libcurl.so.4", RTLD_LAZY | RTLD_LOCAL)) == NULL) {
+    const char *e = dlerror();
+    snprintf(cu_why, sizeof cu_why,
+             "libcurl not found: apt-get install libcurl4 (%s)", e ? e : "?");
+    return 0;
+  }
+#define X(f) \
+  if (!(cu.f = (__typeof__(cu.f))cu_sym(lib, "curl_" #f))) return 0;
+  CURL_FUNCS(X)
+#undef X
+  if (cu.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+    snprintf(cu_why, sizeof cu_why, "curl_global_init failed");
+    return 0;
+  }
+  cu_loaded = 1;
+  return 1;
+}
+
+/* nil, "http: libcurl not found: ...", "ENOSYS" when it cannot load */
+static int cu_missing(lua_State *L) {
+  return sbx_fail(L, "http", cu_why, "ENOSYS");
+}
 
 
 /* ------------------------------------------------------------ utilities */
@@ -122,16 +182,16 @@ static int append(char **buf, size_t *len, size_t *cap, const char *data,
 static void detach(xfer *x) {
   if (x->active) {
     hstate *hs = x->hs;
-    curl_multi_remove_handle(hs->multi, x->easy);
+    cu.multi_remove_handle(hs->multi, x->easy);
     if (x->prev) x->prev->next = x->next; else hs->live = x->next;
     if (x->next) x->next->prev = x->prev;
     x->prev = x->next = NULL;
     hs->nlive--;
     x->active = 0;
   }
-  if (x->easy) curl_easy_cleanup(x->easy);
+  if (x->easy) cu.easy_cleanup(x->easy);
   x->easy = NULL;
-  curl_slist_free_all(x->hdrs);
+  cu.slist_free_all(x->hdrs);
   x->hdrs = NULL;
 }
 
@@ -161,7 +221,7 @@ static size_t on_header(char *data, size_t size, size_t n, void *ud) {
   if (len >= 5 && memcmp(data, "HTTP/", 5) == 0) x->hlen = 0;
   if (len <= 2 && (data[0] == '\r' || data[0] == '\n')) {
     long code = 0;
-    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &code);
+    cu.easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &code);
     if (code >= 200) {                       /* not a 1xx interim reply */
       x->status = code;
       x->headers_done = 1;
@@ -218,9 +278,9 @@ static curl_socket_t open_socket(void *ud, curlsocktype purpose,
 
 static void finish(xfer *x, CURLcode rc) {
   x->result = rc;
-  curl_easy_getinfo(x->easy, CURLINFO_OS_ERRNO, &x->oserr);
+  cu.easy_getinfo(x->easy, CURLINFO_OS_ERRNO, &x->oserr);
   if (!x->status)
-    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &x->status);
+    cu.easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &x->status);
   detach(x);
   x->done = 1;
   notify(x);
@@ -231,11 +291,11 @@ static void finish(xfer *x, CURLcode rc) {
 static void check_done(hstate *hs) {
   CURLMsg *m;
   int left;
-  while ((m = curl_multi_info_read(hs->multi, &left)) != NULL) {
+  while ((m = cu.multi_info_read(hs->multi, &left)) != NULL) {
     if (m->msg != CURLMSG_DONE) continue;
     xfer *x = NULL;
     CURLcode rc = m->data.result;            /* m dies with the handle */
-    curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+    cu.easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&x);
     if (x) finish(x, rc);
   }
 }
@@ -247,7 +307,7 @@ static void on_ready(sbx_watch *w, uint32_t revents) {
   if (revents & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) flags |= CURL_CSELECT_IN;
   if (revents & EPOLLOUT) flags |= CURL_CSELECT_OUT;
   if (revents & EPOLLERR) flags |= CURL_CSELECT_ERR;
-  curl_multi_socket_action(hs->multi, w->fd, flags, &running);
+  cu.multi_socket_action(hs->multi, w->fd, flags, &running);
   check_done(hs);                            /* k may be back in the pool */
 }
 
@@ -274,7 +334,7 @@ static int on_socket(CURL *e, curl_socket_t s, int what, void *ud, void *sp) {
       k->next_all = hs->all_socks;
       hs->all_socks = k;
     }
-    curl_multi_assign(hs->multi, s, k);
+    cu.multi_assign(hs->multi, s, k);
   }
   if (what & CURL_POLL_IN) ev |= EPOLLIN;
   if (what & CURL_POLL_OUT) ev |= EPOLLOUT;
@@ -286,7 +346,7 @@ static int on_socket(CURL *e, curl_socket_t s, int what, void *ud, void *sp) {
 static void on_timeout(sbx_timer *t) {
   hstate *hs = (hstate *)((char *)t - offsetof(hstate, tm));
   int running;
-  curl_multi_socket_action(hs->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+  cu.multi_socket_action(hs->multi, CURL_SOCKET_TIMEOUT, 0, &running);
   check_done(hs);
 }
 
@@ -307,7 +367,7 @@ static int state_gc(lua_State *L) {
   hs->closed = 1;
   while (hs->live) detach(hs->live);
   sbx_timer_stop(hs->lp, &hs->tm);
-  curl_multi_cleanup(hs->multi);
+  cu.multi_cleanup(hs->multi);
   hs->multi = NULL;
   while (hs->all_socks) {
     hsock *k = hs->all_socks;
@@ -346,7 +406,7 @@ static int *plain_fds(void) {
 ** the fds that appeared during the call. */
 static CURLM *multi_init_cloexec(void) {
   int *before = plain_fds();
-  CURLM *m = curl_multi_init();
+  CURLM *m = cu.multi_init();
   int *after = plain_fds();
   for (int i = 0; after && before && after[i] >= 0; i++) {
     int j = 0;
@@ -376,11 +436,11 @@ static hstate *get_state(lua_State *L) {
   hs->tm.cb = on_timeout;
   if ((hs->multi = multi_init_cloexec()) == NULL)
     luaL_error(L, "http: curl_multi_init failed");
-  curl_multi_setopt(hs->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
-  curl_multi_setopt(hs->multi, CURLMOPT_SOCKETDATA, hs);
-  curl_multi_setopt(hs->multi, CURLMOPT_TIMERFUNCTION, on_timer);
-  curl_multi_setopt(hs->multi, CURLMOPT_TIMERDATA, hs);
-  curl_multi_setopt(hs->multi, CURLMOPT_MAXCONNECTS, (long)MAX_IDLE_CONNS);
+  cu.multi_setopt(hs->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+  cu.multi_setopt(hs->multi, CURLMOPT_SOCKETDATA, hs);
+  cu.multi_setopt(hs->multi, CURLMOPT_TIMERFUNCTION, on_timer);
+  cu.multi_setopt(hs->multi, CURLMOPT_TIMERDATA, hs);
+  cu.multi_setopt(hs->multi, CURLMOPT_MAXCONNECTS, (long)MAX_IDLE_CONNS);
   hs->closed = 0;
   lua_rawsetp(L, LUA_REGISTRYINDEX, &HTTP_KEY);
   return hs;
@@ -432,7 +492,7 @@ static int failed(const xfer *x) {
 
 /* nil, "http: <url>: <why>", code */
 static int push_failure(lua_State *L, const xfer *x) {
-  const char *why = x->errbuf[0] ? x->errbuf : curl_easy_strerror(x->result);
+  const char *why = x->errbuf[0] ? x->errbuf : cu.easy_strerror(x->result);
   if (x->result == CURLE_OK) {     /* finished without a final response */
     lua_pushnil(L);
     lua_pushfstring(L, "http: %s: no response", x->url ? x->url : "?");
@@ -581,25 +641,25 @@ static int valid_value(const char *s, size_t n) {
 
 /* Check the url; push a copy without credentials, for messages. */
 static void check_url(lua_State *L, const char *url) {
-  CURLU *u = curl_url();
+  CURLU *u = cu.url();
   char *scheme = NULL, *out = NULL;
   const char *err = NULL;
   if (!u) luaL_error(L, "http: out of memory");
-  if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK)
+  if (cu.url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK)
     err = "malformed url";
-  else if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+  else if (cu.url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
            (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
     err = "url scheme must be http or https";
   else {
-    curl_url_set(u, CURLUPART_USER, NULL, 0);
-    curl_url_set(u, CURLUPART_PASSWORD, NULL, 0);
-    if (curl_url_get(u, CURLUPART_URL, &out, 0) != CURLUE_OK) out = NULL;
+    cu.url_set(u, CURLUPART_USER, NULL, 0);
+    cu.url_set(u, CURLUPART_PASSWORD, NULL, 0);
+    if (cu.url_get(u, CURLUPART_URL, &out, 0) != CURLUE_OK) out = NULL;
   }
-  curl_free(scheme);
-  curl_url_cleanup(u);
+  cu.free(scheme);
+  cu.url_cleanup(u);
   if (err) luaL_argerror(L, 1, err);
   lua_pushstring(L, out ? out : url);  /* (a memory error leaks `out`) */
-  curl_free(out);
+  cu.free(out);
 }
 
 static const char *opt_string(lua_State *L, const char *field, size_t *len) {
@@ -660,7 +720,7 @@ static void do_headers(lua_State *L, xfer *x, int *has_expect) {
       /* "Name;" sends an empty value; "Name:" would remove the header. */
       const char *line = vlen ? lua_pushfstring(L, "%s: %s", name, v)
                               : lua_pushfstring(L, "%s;", name);
-      struct curl_slist *l = curl_slist_append(x->hdrs, line);
+      struct curl_slist *l = cu.slist_append(x->hdrs, line);
       if (!l) luaL_error(L, "http: out of memory");
       x->hdrs = l;
       lua_pop(L, 1);
@@ -701,6 +761,7 @@ static int http_request(lua_State *L) {
   lua_pop(L, 2);
   do_headers(L, NULL, &has_expect);
   sbx_check_cancel(L);
+  if (!load_curl()) return cu_missing(L);
   check_url(L, url);               /* 2 */
 
   hstate *hs = get_state(L);
@@ -716,69 +777,69 @@ static int http_request(lua_State *L) {
   lua_replace(L, 2);               /* stack: opts, response */
   x->stream = stream;
   x->max = max < 0 ? SIZE_MAX : (size_t)max;
-  if (!x->url || (x->easy = curl_easy_init()) == NULL) {
+  if (!x->url || (x->easy = cu.easy_init()) == NULL) {
     xfer_release(x);
     return sbx_fail(L, "http", "curl_easy_init failed", "ENOMEM");
   }
   do_headers(L, x, &has_expect);
   if (!has_expect) {               /* no 1 s stall on "100-continue" */
-    struct curl_slist *l = curl_slist_append(x->hdrs, "Expect:");
+    struct curl_slist *l = cu.slist_append(x->hdrs, "Expect:");
     if (!l) return luaL_error(L, "http: out of memory");
     x->hdrs = l;
   }
 
   CURL *e = x->easy;
-  curl_easy_setopt(e, CURLOPT_URL, url);
-  curl_easy_setopt(e, CURLOPT_PRIVATE, (char *)x);
-  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->errbuf);
-  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(e, CURLOPT_SUPPRESS_CONNECT_HEADERS, 1L);
-  curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, open_socket);
-  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, millis(timeout));
-  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, millis(ctimeout));
-  curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 128L * 1024);
-  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
-  curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
-  curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->hdrs);
+  cu.easy_setopt(e, CURLOPT_URL, url);
+  cu.easy_setopt(e, CURLOPT_PRIVATE, (char *)x);
+  cu.easy_setopt(e, CURLOPT_ERRORBUFFER, x->errbuf);
+  cu.easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  cu.easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+  cu.easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+  cu.easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+  cu.easy_setopt(e, CURLOPT_SUPPRESS_CONNECT_HEADERS, 1L);
+  cu.easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+  cu.easy_setopt(e, CURLOPT_TIMEOUT_MS, millis(timeout));
+  cu.easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, millis(ctimeout));
+  cu.easy_setopt(e, CURLOPT_BUFFERSIZE, 128L * 1024);
+  cu.easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+  cu.easy_setopt(e, CURLOPT_HEADERDATA, x);
+  cu.easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+  cu.easy_setopt(e, CURLOPT_WRITEDATA, x);
+  cu.easy_setopt(e, CURLOPT_HTTPHEADER, x->hdrs);
   if (proxy) {
-    curl_easy_setopt(e, CURLOPT_PROXY, proxy);
-    curl_easy_setopt(e, CURLOPT_NOPROXY, "");
+    cu.easy_setopt(e, CURLOPT_PROXY, proxy);
+    cu.easy_setopt(e, CURLOPT_NOPROXY, "");
   } else {
-    curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
+    cu.easy_setopt(e, CURLOPT_NOPROXY, "*");
   }
   if (sock) {
     if ((x->sock = strdup(sock)) == NULL) {
       xfer_release(x);
       return sbx_fail(L, "http", "out of memory", "ENOMEM");
     }
-    curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, sock);
+    cu.easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, sock);
   }
-  if (cafile) curl_easy_setopt(e, CURLOPT_CAINFO, cafile);
-  if (certfile) curl_easy_setopt(e, CURLOPT_SSLCERT, certfile);
-  if (keyfile) curl_easy_setopt(e, CURLOPT_SSLKEY, keyfile);
+  if (cafile) cu.easy_setopt(e, CURLOPT_CAINFO, cafile);
+  if (certfile) cu.easy_setopt(e, CURLOPT_SSLCERT, certfile);
+  if (keyfile) cu.easy_setopt(e, CURLOPT_SSLKEY, keyfile);
   if (!body && method && (!strcmp(method, "POST") || !strcmp(method, "PUT") ||
                           !strcmp(method, "PATCH")))
     body = "";                     /* Content-Length: 0 */
   if (body) {
     lua_getfield(L, 1, "body");    /* keep it alive with the response */
     lua_setiuservalue(L, 2, 1);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)bodylen);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
+    cu.easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)bodylen);
+    cu.easy_setopt(e, CURLOPT_POSTFIELDS, body);
   }
   if (method && strcmp(method, "HEAD") == 0) {
-    curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+    cu.easy_setopt(e, CURLOPT_NOBODY, 1L);
   } else if (method && strcmp(method, body ? "POST" : "GET") != 0) {
-    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+    cu.easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
   }
 
-  CURLMcode mc = curl_multi_add_handle(hs->multi, e);
+  CURLMcode mc = cu.multi_add_handle(hs->multi, e);
   if (mc != CURLM_OK) {
-    int n = sbx_fail(L, "http", curl_multi_strerror(mc), "EUNKNOWN");
+    int n = sbx_fail(L, "http", cu.multi_strerror(mc), "EUNKNOWN");
     xfer_release(x);
     return n;
   }
@@ -806,7 +867,7 @@ static xfer *check_resp(lua_State *L) {
 static void maybe_unpause(xfer *x) {
   if (!x->paused || !x->active || x->blen - x->boff >= QUEUE_MAX / 2) return;
   x->paused = 0;
-  curl_easy_pause(x->easy, CURLPAUSE_CONT);  /* may deliver data at once */
+  cu.easy_pause(x->easy, CURLPAUSE_CONT);  /* may deliver data at once */
   check_done(x->hs);
 }
 
@@ -899,9 +960,10 @@ static int http_escape(lua_State *L) {
   return 1;
 }
 
-/* http.version() -> "libcurl/x.y.z ..." */
+/* http.version() -> "libcurl/x.y.z ..." | nil, msg, code */
 static int http_version(lua_State *L) {
-  lua_pushstring(L, curl_version());
+  if (!load_curl()) return cu_missing(L);
+  lua_pushstring(L, cu.version());
   return 1;
 }
 
@@ -928,8 +990,6 @@ static const luaL_Reg http_funcs[] = {
 };
 
 int luaopen_sbx_http(lua_State *L) {
-  if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-    return luaL_error(L, "http: curl_global_init failed");
   if (luaL_newmetatable(L, RESP_MT)) {
     luaL_newlib(L, resp_methods);
     lua_setfield(L, -2, "methods");

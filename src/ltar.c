@@ -14,9 +14,14 @@
 ** dropped). Symlinks are tracked in a Lua table (path -> target) plus a
 ** C set of seeded 64-bit path hashes, so "does this path go through a
 ** symlink" costs one pass over the path whatever its depth.
+**
+** libarchive (with libxml2, ICU and libstdc++ behind it) is dlopen'ed on
+** first need, not linked: loading it costs every start-up ~3 ms.
 */
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -33,6 +38,59 @@
 #define DEF_BYTES ((lua_Integer)256 << 20)
 #define LINK_MAX 4095       /* longest symlink target Linux can create */
 #define MAX_HOPS 40         /* symlinks followed per resolution (as Linux) */
+
+/* ------------------------------------------------------------ libarchive */
+
+/* The libarchive functions used here: ar.<name> is archive_<name>. */
+#define ARCHIVE_FUNCS(X) \
+  X(read_new) X(read_support_format_tar) X(read_open_memory) \
+  X(read_next_header) X(read_data) X(read_free) X(write_new) \
+  X(write_set_format_pax_restricted) X(write_set_bytes_per_block) \
+  X(write_open) X(write_header) X(write_data) X(write_close) X(write_free) \
+  X(error_string) X(set_error) X(entry_new) X(entry_free) \
+  X(entry_clear) X(entry_copy_pathname) X(entry_copy_symlink) \
+  X(entry_set_filetype) X(entry_set_perm) X(entry_set_size) \
+  X(entry_set_mtime) X(entry_set_uid) X(entry_set_gid) X(entry_filetype) \
+  X(entry_perm) X(entry_size) X(entry_mtime) X(entry_pathname) \
+  X(entry_pathname_utf8) X(entry_symlink) X(entry_symlink_utf8) \
+  X(entry_hardlink) X(entry_hardlink_utf8)
+
+/* Process-wide, like the library itself; filled once by load_archive(). */
+static struct {
+#define X(f) __typeof__(&archive_##f) f;
+  ARCHIVE_FUNCS(X)
+#undef X
+  __typeof__(&archive_errno) errnum;  /* ("errno" is a macro) */
+} ar;
+static int ar_loaded;               /* 0 not tried, 1 ready, -1 failed */
+static char ar_why[256];            /* why it failed */
+
+static void *ar_sym(void *lib, const char *name) {
+  void *f = dlsym(lib, name);
+  if (!f) snprintf(ar_why, sizeof ar_why, "libarchive too old: no %s", name);
+  return f;
+}
+
+static int load_archive(void) {
+  void *lib;
+  if (ar_loaded) return ar_loaded > 0;
+  ar_loaded = -1;
+  if ((lib = dlopen("libarchive.so.13", RTLD_LAZY | RTLD_LOCAL)) == NULL) {
+    const char *e = dlerror();
+    snprintf(ar_why, sizeof ar_why,
+             "libarchive not found: apt-get install libarchive13 (%s)",
+             e ? e : "?");
+    return 0;
+  }
+#define X(f) \
+  if (!(ar.f = (__typeof__(ar.f))ar_sym(lib, "archive_" #f))) return 0;
+  ARCHIVE_FUNCS(X)
+#undef X
+  if (!(ar.errnum = (__typeof__(ar.errnum))ar_sym(lib, "archive_errno")))
+    return 0;
+  ar_loaded = 1;
+  return 1;
+}
 
 /* ------------------------------------------------------------ the box */
 
@@ -52,10 +110,10 @@ static void box_close(tar_box *bx) {
   struct archive *a = bx->a;
   bx->a = NULL;
   if (a) {
-    if (bx->writing) archive_write_free(a);  /* may still call pack_write */
-    else archive_read_free(a);
+    if (bx->writing) ar.write_free(a);  /* may still call pack_write */
+    else ar.read_free(a);
   }
-  if (bx->e) archive_entry_free(bx->e);
+  if (bx->e) ar.entry_free(bx->e);
   bx->e = NULL;
   free(bx->out);
   bx->out = NULL;
@@ -347,14 +405,14 @@ static la_ssize_t pack_write(struct archive *a, void *ud, const void *buf,
   bx->len += n;
   return (la_ssize_t)n;
 nomem:
-  archive_set_error(a, ENOMEM, "out of memory");
+  ar.set_error(a, ENOMEM, "out of memory");
   return -1;
 }
 
 static int archive_fail(lua_State *L, const char *op, struct archive *a,
                         const char *code) {
-  const char *msg = archive_error_string(a);
-  int err = archive_errno(a);
+  const char *msg = ar.error_string(a);
+  int err = ar.errnum(a);
   if (!code) code = err == ENOMEM ? "ENOMEM" : "EIO";
   return sbx_fail(L, op, msg ? msg : "libarchive failed", code);
 }
@@ -364,25 +422,25 @@ static int pack_emit(lua_State *L, pk_ctx *c, const pk_item *it) {
   struct archive *a = c->bx->a;
   struct archive_entry *e = c->bx->e;
   int r;
-  archive_entry_clear(e);
+  ar.entry_clear(e);
   if (*c->prefix)
     lua_pushfstring(L, "%s/%s", c->prefix, it->path);  /* no NULs in either */
   else
     lua_pushstring(L, it->path);
-  archive_entry_copy_pathname(e, lua_tostring(L, -1));
+  ar.entry_copy_pathname(e, lua_tostring(L, -1));
   lua_pop(L, 1);
-  archive_entry_set_filetype(e, it->kind == K_DIR ? AE_IFDIR
-                             : it->kind == K_SYMLINK ? AE_IFLNK : AE_IFREG);
-  archive_entry_set_perm(e, (mode_t)it->mode);
-  archive_entry_set_size(e, it->kind == K_FILE ? (la_int64_t)it->dlen : 0);
-  archive_entry_set_mtime(e, (time_t)it->mtime, 0);
-  archive_entry_set_uid(e, (la_int64_t)c->uid);
-  archive_entry_set_gid(e, (la_int64_t)c->gid);
-  if (it->kind == K_SYMLINK) archive_entry_copy_symlink(e, it->data);
-  r = archive_write_header(a, e);
+  ar.entry_set_filetype(e, it->kind == K_DIR ? AE_IFDIR
+                        : it->kind == K_SYMLINK ? AE_IFLNK : AE_IFREG);
+  ar.entry_set_perm(e, (mode_t)it->mode);
+  ar.entry_set_size(e, it->kind == K_FILE ? (la_int64_t)it->dlen : 0);
+  ar.entry_set_mtime(e, (time_t)it->mtime, 0);
+  ar.entry_set_uid(e, (la_int64_t)c->uid);
+  ar.entry_set_gid(e, (la_int64_t)c->gid);
+  if (it->kind == K_SYMLINK) ar.entry_copy_symlink(e, it->data);
+  r = ar.write_header(a, e);
   if ((r != ARCHIVE_OK && r != ARCHIVE_WARN) ||
       (it->kind == K_FILE && it->dlen > 0 &&
-       archive_write_data(a, it->data, it->dlen) != (la_ssize_t)it->dlen))
+       ar.write_data(a, it->data, it->dlen) != (la_ssize_t)it->dlen))
     return archive_fail(L, "tar.pack", a, NULL);
   return 0;
 }
@@ -610,15 +668,16 @@ static int tar_pack(lua_State *L) {
     lua_pushinteger(L, i);
     lua_rawset(L, 7);
   }
+  if (!load_archive()) return sbx_fail(L, "tar.pack", ar_why, "ENOSYS");
   lua_newtable(L);                          /* 8: done (relative paths) */
   lua_newtable(L);                          /* 9: done (prefix dirs) */
   bx = box_new(L);                          /* 10 */
   bx->writing = 1;
-  if (!(bx->a = archive_write_new()) || !(bx->e = archive_entry_new()))
+  if (!(bx->a = ar.write_new()) || !(bx->e = ar.entry_new()))
     return sbx_fail(L, "tar.pack", "out of memory", "ENOMEM");
-  if (archive_write_set_format_pax_restricted(bx->a) != ARCHIVE_OK ||
-      archive_write_set_bytes_per_block(bx->a, 0) != ARCHIVE_OK ||
-      archive_write_open(bx->a, bx, NULL, pack_write, NULL) != ARCHIVE_OK)
+  if (ar.write_set_format_pax_restricted(bx->a) != ARCHIVE_OK ||
+      ar.write_set_bytes_per_block(bx->a, 0) != ARCHIVE_OK ||
+      ar.write_open(bx->a, bx, NULL, pack_write, NULL) != ARCHIVE_OK)
     return archive_fail(L, "tar.pack", bx->a, NULL);
   c.bx = bx;
   c0 = c;
@@ -642,7 +701,7 @@ static int tar_pack(lua_State *L) {
     }
     lua_pop(L, 1);
   }
-  if (archive_write_close(bx->a) != ARCHIVE_OK)
+  if (ar.write_close(bx->a) != ARCHIVE_OK)
     return archive_fail(L, "tar.pack", bx->a, NULL);
   lua_pushlstring(L, bx->out, bx->len);
   box_close(bx);
@@ -670,9 +729,9 @@ static const char *const read_known[] = {"max_entries", "max_bytes",
   NULL};
 
 static int kind_of(struct archive_entry *e) {
-  if (archive_entry_hardlink(e) || archive_entry_hardlink_utf8(e))
+  if (ar.entry_hardlink(e) || ar.entry_hardlink_utf8(e))
     return K_HARDLINK;
-  switch (archive_entry_filetype(e)) {
+  switch (ar.entry_filetype(e)) {
     case AE_IFREG: return K_FILE;
     case AE_IFDIR: return K_DIR;
     case AE_IFLNK: return K_SYMLINK;
@@ -714,7 +773,7 @@ static int read_data(lua_State *L, rd_ctx *c, struct archive *a,
   while (got < (size_t)size) {
     size_t rem = (size_t)size - got;
     size_t chunk = rem < c->alen + 4096 ? rem : c->alen + 4096;
-    la_ssize_t n = archive_read_data(a, luaL_prepbuffsize(&b, chunk), chunk);
+    la_ssize_t n = ar.read_data(a, luaL_prepbuffsize(&b, chunk), chunk);
     if (n < 0) return archive_fail(L, c->op, a, "EPROTO");
     if (n == 0) return sbx_fail(L, c->op, "truncated entry data", "EPROTO");
     luaL_addsize(&b, (size_t)n);
@@ -760,15 +819,15 @@ static int read_entry(lua_State *L, rd_ctx *c, tar_box *bx,
   int kind = kind_of(e), st, member, top = lua_gettop(L);
   int P = top + 1;                          /* the normalized path */
   const char *why = NULL, *code = "ESCAPE", *target = NULL, *p;
-  la_int64_t size = archive_entry_size(e);
-  lua_Integer perm = (lua_Integer)archive_entry_perm(e) & 07777;
+  la_int64_t size = ar.entry_size(e);
+  lua_Integer perm = (lua_Integer)ar.entry_perm(e) & 07777;
   size_t plen, k;
   if (kind == K_SYMLINK)
-    target = archive_entry_symlink(e) ? archive_entry_symlink(e)
-           : archive_entry_symlink_utf8(e);
+    target = ar.entry_symlink(e) ? ar.entry_symlink(e)
+           : ar.entry_symlink_utf8(e);
   else if (kind == K_HARDLINK)
-    target = archive_entry_hardlink(e) ? archive_entry_hardlink(e)
-           : archive_entry_hardlink_utf8(e);
+    target = ar.entry_hardlink(e) ? ar.entry_hardlink(e)
+           : ar.entry_hardlink_utf8(e);
   if ((kind == K_SYMLINK || kind == K_HARDLINK) && !target)
     return sbx_fail(L, c->op, "link without a readable target", "EPROTO");
   st = push_norm(L, raw, strlen(raw));
@@ -820,7 +879,7 @@ static int read_entry(lua_State *L, rd_ctx *c, tar_box *bx,
     lua_setfield(L, -2, "path");
   }
   set_str(L, "type", kind_names[kind]);
-  set_int(L, "mtime", (lua_Integer)archive_entry_mtime(e));
+  set_int(L, "mtime", (lua_Integer)ar.entry_mtime(e));
   if (c->mode == M_LIST) {
     set_int(L, "mode", perm);
     set_int(L, "size", kind == K_FILE ? (lua_Integer)size : 0);
@@ -953,6 +1012,7 @@ static int tar_read(lua_State *L, int mode, const char *op) {
   c.skip_unsafe = opt_bool(L, 2, "skip_unsafe");
   c.allow_hardlinks = opt_bool(L, 2, "allow_hardlinks");
   c.strict = opt_bool(L, 2, "strict_duplicates");
+  if (!load_archive()) return sbx_fail(L, op, ar_why, "ENOSYS");
   if ((s = opt_str(L, 2, "only", &n))) {  /* R_ONLY */
     if (push_norm(L, s, n) <= P_ABS) lua_remove(L, -2);
     else lua_pop(L, 1);                     /* raw: with "..", matches nothing */
@@ -964,13 +1024,13 @@ static int tar_read(lua_State *L, int mode, const char *op) {
   lua_newtable(L);                          /* R_SLOTS: path -> result index */
   lua_newtable(L);                          /* R_LINKS: path -> target */
   if (c.alen > 0) {
-    if (!(bx->a = archive_read_new()))
+    if (!(bx->a = ar.read_new()))
       return sbx_fail(L, op, "out of memory", "ENOMEM");
     /* tar only, and no decompression filter: anything else is EPROTO */
-    if (archive_read_support_format_tar(bx->a) != ARCHIVE_OK ||
-        archive_read_open_memory(bx->a, arc, c.alen) != ARCHIVE_OK)
+    if (ar.read_support_format_tar(bx->a) != ARCHIVE_OK ||
+        ar.read_open_memory(bx->a, arc, c.alen) != ARCHIVE_OK)
       return archive_fail(L, op, bx->a, "EPROTO");
-    while ((r = archive_read_next_header(bx->a, &e)) != ARCHIVE_EOF) {
+    while ((r = ar.read_next_header(bx->a, &e)) != ARCHIVE_EOF) {
       const char *raw;
       /* RETRY (a damaged header) is no better than FATAL here */
       if (r != ARCHIVE_OK && r != ARCHIVE_WARN)
@@ -979,8 +1039,8 @@ static int tar_read(lua_State *L, int mode, const char *op) {
         lua_pushfstring(L, "more than %I entries", (LUAI_UACINT)c.max_entries);
         return sbx_fail(L, op, lua_tostring(L, -1), "ETOOBIG");
       }
-      if (!(raw = archive_entry_pathname(e)) &&
-          !(raw = archive_entry_pathname_utf8(e)))
+      if (!(raw = ar.entry_pathname(e)) &&
+          !(raw = ar.entry_pathname_utf8(e)))
         return sbx_fail(L, op, "entry without a readable name", "EPROTO");
       if ((r = read_entry(L, &c, bx, e, raw))) return r;
     }

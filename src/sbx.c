@@ -1,7 +1,10 @@
 /*
 ** The Lua library is compiled into the binary (and into sbx.so): a searcher
 ** placed right after package.preload finds `sbx.*` modules there, or under
-** $SBX_LUA_PATH when a developer points it at the source tree.
+** $SBX_LUA_PATH when a developer points it at the source tree. Embedded
+** modules are bytecode with debug info (cmake/embed.cmake), which carries
+** its own chunk name ("@lua/sbx/x.lua"); the name computed here is for
+** source.
 */
 #include <stdlib.h>
 #include <string.h>

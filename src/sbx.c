@@ -39,8 +39,10 @@ static int is_ours(const char *name) {
 }
 
 /* Load `name` from $SBX_LUA_PATH: "sbx.a.b" -> DIR/sbx/a/b.lua, or
-** DIR/sbx/a/b/init.lua. Pushes the chunk or an error string. */
+** DIR/sbx/a/b/init.lua. 1: the chunk is pushed; 0: neither file exists
+** (nothing pushed); -1: a file exists but does not load (its error pushed). */
 static int load_from_dir(lua_State *L, const char *dir, const char *name) {
+  static const char *const forms[] = {"%s.lua", "%s/init.lua"};
   luaL_Buffer b;
   luaL_buffinit(L, &b);
   luaL_addstring(&b, dir);
@@ -48,11 +50,17 @@ static int load_from_dir(lua_State *L, const char *dir, const char *name) {
   for (const char *p = name; *p; p++) luaL_addchar(&b, *p == '.' ? '/' : *p);
   luaL_pushresult(&b);
   const char *base = lua_tostring(L, -1);
-  const char *file = lua_pushfstring(L, "%s.lua", base);
-  if (luaL_loadfile(L, file) == LUA_OK) return 1;
+  for (int i = 0; i < 2; i++) {
+    const char *file = lua_pushfstring(L, forms[i], base);
+    int st = luaL_loadfile(L, file);
+    lua_remove(L, -2);                          /* the file name */
+    if (st == LUA_OK || st != LUA_ERRFILE) {
+      lua_remove(L, -2);                        /* the base */
+      return st == LUA_OK ? 1 : -1;
+    }
+    lua_pop(L, 1);                              /* "cannot open": try the next */
+  }
   lua_pop(L, 1);
-  file = lua_pushfstring(L, "%s/init.lua", base);
-  if (luaL_loadfile(L, file) == LUA_OK) return 1;
   return 0;
 }
 
@@ -65,12 +73,12 @@ static int searcher(lua_State *L) {
     return 1;
   }
   if (dir && *dir) {
-    if (load_from_dir(L, dir, name)) {
+    int got = load_from_dir(L, dir, name);
+    if (got > 0) {
       lua_pushstring(L, dir);
       return 2;
     }
-    if (lua_type(L, -1) == LUA_TSTRING && strstr(lua_tostring(L, -1), ".lua:"))
-      return lua_error(L);         /* a syntax error, not a missing file */
+    if (got < 0) return lua_error(L);   /* a syntax error, not a missing file */
   }
   const embedded *e = find_embedded(name);
   if (!e) {

@@ -46,3 +46,31 @@ describe("require 'sbx' from a stock lua5.4", function()
     assert.equal("ConfigError\ttrue\n", r.stdout)
   end)
 end)
+
+describe("SBX_LUA_PATH (the source tree instead of the embedded modules)", function()
+  local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
+  local fs = require "sbx.fs"
+  local function run(dir, code)
+    local env = { "PATH=/usr/bin:/bin", "HOME=" .. STATE, "SBX_STATE_DIR=" .. STATE, "SBX_LUA_PATH=" .. dir }
+    local preload = os.getenv("SBX_PRELOAD") or ""
+    if preload ~= "" then env[#env + 1] = "LD_PRELOAD=" .. preload end
+    return assert(proc.spawn{ argv = { BIN, "-e", code }, env = env, timeout = 60 }):wait()
+  end
+
+  it("takes what the tree has, the embedded copy for the rest, and raises its syntax errors", function()
+    local dir = assert(fs.mkdtemp("/tmp", "sbxlp"))
+    local root = assert(fs.open_root(dir))
+    assert(root:mkdir("sbx"))
+    assert(root:write("sbx/wire.lua", "return { from_tree = true }"))
+    local r = run(dir, 'io.write(tostring(require("sbx.wire").from_tree), " ", '
+                    .. 'sbx.sandbox("local"):execute_command("echo embedded-rest").stdout)')
+    assert.equal(0, r.exit_code, r.stderr)
+    assert.equal("true embedded-rest\n", r.stdout)
+    assert(root:write("sbx/wire.lua", "return {"))
+    r = run(dir, 'require "sbx.wire"')
+    assert.not_equal(0, r.exit_code)
+    assert.matches("wire%.lua:1:", r.stderr)
+    root:close()
+    fs.rmtree(dir)
+  end)
+end)

@@ -102,7 +102,7 @@ struct hstate {
 
 static void *cu_sym(void *lib, const char *name) {
   void *f = dlsym(lib, name);
-  if (!f) snprintf(cu_why, sizeof cu_why, "libcurl too old: no %s", name);
+  if (!f) snprintf(cu_why, sizeof cu_why, "libcurl too old or not the real one (no %s): apt-get install libcurl4", name);
   return f;
 }
 

@@ -67,7 +67,7 @@ static char ar_why[256];            /* why it failed */
 
 static void *ar_sym(void *lib, const char *name) {
   void *f = dlsym(lib, name);
-  if (!f) snprintf(ar_why, sizeof ar_why, "libarchive too old: no %s", name);
+  if (!f) snprintf(ar_why, sizeof ar_why, "libarchive too old or not the real one (no %s): apt-get install libarchive13", name);
   return f;
 }
 

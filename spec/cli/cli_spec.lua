@@ -224,7 +224,7 @@ describe("sbxlua CLI", function()
 
   for _, case in ipairs{ { "SIGINT", 2, 130 }, { "SIGTERM", 15, 143 } } do
     it(case[1] .. " kills running commands, destroys sandboxes, exits " .. case[3], function()
-      local tag = "sbxcli" .. math.random(1e9)
+      local tag = "sbxcli" .. require("sbx.proc").random_hex(8)
       local job = write_job("sig.lua", [[
         local sb = sbx.sandbox("local")
         print("ready " .. sb.workdir) io.stdout:flush()
@@ -247,7 +247,7 @@ describe("sbxlua CLI", function()
   end
 
   it("after SIGKILL, ls shows the orphans and gc removes processes and directories", function()
-    local tag = "sbxgc" .. math.random(1e9)
+    local tag = "sbxgc" .. require("sbx.proc").random_hex(8)
     local job = write_job("killed.lua", [[
       local dirs = {}
       for i = 1, 3 do

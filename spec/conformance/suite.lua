@@ -108,7 +108,7 @@ return function(backend, create_opts, env, traits)
         assert.is_true(loop.now() - t0 < 5)
       end)
       it("a timeout kills grandchildren, setsid ones and SIGTERM-ignorers", function()
-        local tag = "sbxconf" .. math.random(1e9)
+        local tag = "sbxconf" .. require("sbx.proc").random_hex(8)
         local r = sb:execute_command("bash", { "-c",
           "setsid bash -c 'exec -a " .. tag .. "a sleep 300' & (trap '' TERM; exec -a " .. tag
           .. "b sleep 300) & trap '' TERM; sleep 300" }, { timeout = 0.5 })
@@ -256,7 +256,7 @@ return function(backend, create_opts, env, traits)
       end)
       if traits.own_root then
         it("resolves absolute paths and symlinks inside its own filesystem, never the host's", function()
-          local canary = "/tmp/sbx-host-canary-" .. math.random(1e9)
+          local canary = "/tmp/sbx-host-canary-" .. require("sbx.proc").random_hex(8)
           local f = io.open(canary, "w") f:write("host secret") f:close()
           assert.equal("FileNotFoundError", kind_of(function() sb:read_file(canary) end))
           sb:execute_command("ln", { "-s", "/tmp", "tmplink" })

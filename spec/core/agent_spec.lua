@@ -53,7 +53,7 @@ describe("sbx-agent", function()
   end)
 
   it("a timeout kills the whole tree, setsid grandchildren included", function()
-    local tag = "sbxagspec" .. math.random(1e9)
+    local tag = "sbxagspec" .. require("sbx.proc").random_hex(8)
     local t0 = loop.now()
     local r = run({ "run", "--timeout", "0.5", "--", "bash", "-c",
                     "setsid bash -c 'exec -a " .. tag .. " sleep 300' & trap '' TERM; sleep 300" })

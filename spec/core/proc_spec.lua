@@ -99,7 +99,7 @@ describe("sbx.proc", function()
   end)
 
   it("a timeout kills the whole tree: setsid grandchildren and SIGTERM-ignorers", function()
-    local tag = "sbxspec-" .. math.random(1e9)
+    local tag = "sbxspec-" .. require("sbx.proc").random_hex(8)
     local script = string.format(
       "setsid sh -c 'exec -a %s-a sleep 300' & (trap '' TERM; exec -a %s-b sleep 300) & trap '' TERM; sleep 300",
       tag, tag)
@@ -118,7 +118,7 @@ describe("sbx.proc", function()
     if not base then pending("no writable cgroup v2 here") return end
     local dir = base .. "/spec-" .. proc.getpid()
     assert(cgroup.create(dir))
-    local tag = "sbxspec-cg-" .. math.random(1e9)
+    local tag = "sbxspec-cg-" .. require("sbx.proc").random_hex(8)
     local r = run({ "bash", "-c", "setsid bash -c 'exec -a " .. tag .. " sleep 300' & sleep 300" },
                   { timeout = 0.3, cgroup = dir })
     assert.is_true(r.timed_out)

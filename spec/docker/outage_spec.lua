@@ -53,7 +53,7 @@ local function relay(path)
 end
 
 local function job(code, sock)
-  local path = dir .. "/job" .. math.random(1e9) .. ".lua"
+  local path = dir .. "/job" .. require("sbx.proc").random_hex(8) .. ".lua"
   local f = io.open(path, "w") f:write(code) f:close()
   return assert(proc.spawn{ argv = { BIN, path }, stream = true, timeout = 120,
     env = { "PATH=/usr/bin:/bin", "HOME=" .. dir, "SBX_STATE_DIR=" .. dir .. "/state",

@@ -96,7 +96,7 @@ describe("adversarial commands", function()
     if b[1] ~= "docker" then
       it("a throttled fork bomb dies with its timeout, whole, on " .. b[1], function()
         local sb <close> = sbx.sandbox(b[1], b[2])
-        local tag = "sbxslowbomb" .. math.random(1e9)
+        local tag = "sbxslowbomb" .. require("sbx.proc").random_hex(8)
         local t0 = loop.now()
         local r = sb:execute_command("bash", { "-c",
           "b() { exec -a " .. tag .. " bash -c 'b() { sleep 0.2; b & b & wait; }; b' ; }; b" }, { timeout = 1.6 })
@@ -112,7 +112,7 @@ describe("adversarial commands", function()
   if require("sbx.backends.docker").available() then
     it("a fork bomb dies with its timeout, whole (docker: PidsLimit bounds it)", function()
       local sb <close> = sbx.sandbox("docker", { image = IMAGE })
-      local tag = "sbxbomb" .. math.random(1e9)
+      local tag = "sbxbomb" .. require("sbx.proc").random_hex(8)
       local t0 = loop.now()
       local r = sb:execute_command("bash", { "-c", "b() { exec -a " .. tag .. " bash -c 'b() { b & b & wait; }; b' ; }; b" },
                                    { timeout = 3 })

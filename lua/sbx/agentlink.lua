@@ -291,7 +291,10 @@ function Link:spawn(req)
   return e
 end
 
-function Exec:_capture(which, data)
+---Keep what fits under the cap of stream `which` (1 stdout, 2 stderr) and
+---count the rest as truncated; any exec object with out, outn, err, errn,
+---max and truncated (the engine path's too).
+function M.capture(self, which, data)
   local n = which == 1 and self.outn or self.errn
   local room = self.max - n
   if #data > room then
@@ -304,6 +307,8 @@ function Exec:_capture(which, data)
     if which == 1 then self.outn = n + #data else self.errn = n + #data end
   end
 end
+
+Exec._capture = M.capture
 
 function Exec:_on(f)
   if f.kind == "O" then

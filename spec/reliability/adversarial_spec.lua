@@ -20,16 +20,18 @@ local function survivors(tag)
   return n
 end
 
+-- sbxlua's peak RSS so far, in kB
+local function hwm()
+  local f = io.open("/proc/self/status")
+  local kb = tonumber(f:read("a"):match("VmHWM:%s+(%d+)"))
+  f:close()
+  return kb
+end
+
 describe("adversarial commands", function()
   for _, b in ipairs(BACKENDS) do
     it("a flood of output on " .. b[1] .. " keeps sbxlua's memory bounded", function()
       local sb <close> = sbx.sandbox(b[1], b[2])
-      local function hwm()
-        local f = io.open("/proc/self/status")
-        local kb = tonumber(f:read("a"):match("VmHWM:%s+(%d+)"))
-        f:close()
-        return kb
-      end
       local before = hwm()
       local r = sb:execute_command("sh", { "-c", "head -c 200000000 /dev/urandom; yes | head -c 100000000 >&2" },
                                    { timeout = 120 })
@@ -46,12 +48,6 @@ describe("adversarial commands", function()
     it("a slow on_stdout consumer of a flood on " .. b[1] .. " holds the command back, not sbxlua's memory",
        function()
       local sb <close> = sbx.sandbox(b[1], b[2])
-      local function hwm()
-        local f = io.open("/proc/self/status")
-        local kb = tonumber(f:read("a"):match("VmHWM:%s+(%d+)"))
-        f:close()
-        return kb
-      end
       local before = hwm()
       -- another task keeps using the sandbox meanwhile: where commands share
       -- one agent stream, it reads the flood's frames too

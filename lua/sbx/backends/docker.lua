@@ -647,18 +647,7 @@ function M.engine_spawn(h, req)
   return e
 end
 
-function Exec:_capture(which, data)
-  local buf, n = which == 1 and self.out or self.err, which == 1 and self.outn or self.errn
-  local room = self.max - n
-  if #data > room then
-    self.truncated = true
-    data = data:sub(1, room)
-  end
-  if #data > 0 then
-    buf[#buf + 1] = data
-    if which == 1 then self.outn = n + #data else self.errn = n + #data end
-  end
-end
+Exec._capture = agentlink.capture
 
 function Exec:_deliver(which, data)
   if #data == 0 then return end

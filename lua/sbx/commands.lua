@@ -161,6 +161,17 @@ end
 
 -- --------------------------------------------------------------------- gc
 
+-- What a backend holds on this host. A backend that cannot be asked (no
+-- Docker engine running) holds nothing gc could remove now: say so, go on.
+local function owned_by(name, p)
+  if not p.list_owned then return {} end
+  local ok, list = pcall(p.list_owned)
+  if ok then return list end
+  if not errors.is(list, "BackendNotInstalledError") then error(list, 0) end
+  complain("gc: ", name, " not checked: ", list.message)
+  return {}
+end
+
 function M.gc(args)
   local o, err = parse(args, { ["all-sessions"] = "bool", ["dry-run"] = "bool" }, "gc")
   if not o then complain(err) return 2 end
@@ -182,7 +193,7 @@ function M.gc(args)
   local extra, listed = {}, {}
   for _, name in ipairs(providers.names) do
     local p = providers.get(name)
-    for _, r in ipairs(p.list_owned and p.list_owned() or {}) do
+    for _, r in ipairs(owned_by(name, p)) do
       if r.id then listed[name .. "/" .. r.id] = r end
       if not live_sessions[r.session] and not owner.session_alive(r.session, r.lock)
          and not journaled[r.id] then

@@ -44,18 +44,28 @@ function M.session()
   if session then return session end
   local id = string.format("%s-%d-%s", M.hostname(), proc.getpid(), hex(6))
   local base = sessions_dir() .. "/" .. id
-  local journal, err = fs.journal(base .. ".jsonl")
-  if not journal then return nil, err end
+  -- The lock before the journal: gc judges every journal it finds by its
+  -- lock, and a journal seen unlocked is a dead session's, swept with its
+  -- cgroup while we go on creating sandboxes in it.
+  local ok, merr = fs.mkdir_host(sessions_dir())
+  if not ok then return nil, merr end
   local lock, lerr = fs.lock(base .. ".lock")
-  if not lock then
-    journal:close()
-    return nil, lerr
+  if not lock then return nil, lerr end
+  local journal, err = fs.journal(base .. ".jsonl")
+  if not journal then
+    lock:unlock()
+    os.remove(base .. ".lock")
+    return nil, err
   end
   session = { id = id, journal = journal, lock = lock, host = M.hostname() }
-  local ok, werr = M.record{ event = "session", host = session.host,
+  local rok, werr = M.record{ event = "session", host = session.host,
                              pid = proc.getpid(), started = os.time() }
-  if not ok then
+  if not rok then
     session = nil
+    journal:close()
+    os.remove(base .. ".jsonl")
+    os.remove(base .. ".lock")
+    lock:unlock()
     return nil, werr
   end
   if M.on_session then M.on_session(session) end

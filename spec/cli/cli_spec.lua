@@ -308,4 +308,29 @@ describe("sbxlua CLI", function()
     assert.equal("kept\talive\n\n", rest)
     assert.same({}, live_sandboxes())
   end)
+
+  it("gc without a Docker engine checks the other backends and says what it skipped", function()
+    local r = sbxlua({ "gc" }, { env = { "DOCKER_HOST=unix://" .. STATE .. "/no-engine.sock" } })
+    assert.equal(0, r.exit_code, r.stderr)
+    assert.matches("destroyed 0 sandboxes", r.stdout)
+    assert.matches("gc: docker not checked: no Docker socket at .*no%-engine%.sock", r.stderr)
+  end)
+
+  -- gc takes a journal whose lock is free for a dead session's: the lock
+  -- must be held before the journal exists (a CI flake left a cgroup so)
+  it("a session's journal appears only once its lock is held", function()
+    local job = write_job("lockfirst.lua", [[
+      local fs = require "sbx.fs"
+      local journal, seen = fs.journal, {}
+      fs.journal = function(path)
+        seen[#seen + 1] = tostring(fs.is_locked((path:gsub("%.jsonl$", ".lock"))))
+        return journal(path)
+      end
+      local sb <close> = sbx.sandbox("local")
+      print(table.concat(seen, ","))
+    ]])
+    local r = sbxlua({ job })
+    assert.equal(0, r.exit_code, r.stderr)
+    assert.equal("true\n", r.stdout)
+  end)
 end)

@@ -16,7 +16,8 @@ health.clock = function() return S.now end
 
 local registered = {}
 
----fake(name, { isolation=, caps=, options=, price=, regions=, down=, fail=, delay= })
+---fake(name, { isolation=, caps=, options=, price=, regions=, down=, fail=, delay=, held= })
+---`held = true` keeps create waiting until the spec sets it to false.
 ---The returned control table counts created/destroyed and can be edited.
 function S.fake(name, o)
   o = o or {}
@@ -31,6 +32,7 @@ function S.fake(name, o)
   p.create = function(spec)
     o.creates = o.creates + 1
     if o.delay then loop.sleep(o.delay) end
+    while o.held do loop.sleep(0.005) end
     if o.fail then
       local f = o.fail
       if type(f) == "function" then f = f() end

@@ -21,8 +21,10 @@ M.BACKOFF_MIN = 0.1   -- seconds before retrying after a failed create; doubles 
 M.BACKOFF_MAX = 30
 M.FAIL_AFTER = 3      -- consecutive transient failures before waiting acquires get the error
 M.CLOSE_WAIT = 30     -- seconds close() waits for creates in flight before cancelling them
+M.PROBE_SECS = 10     -- default seconds between liveness probes of an idle sandbox
 
-local POOL_OPTIONS = { size = "integer", max_idle_secs = "number", reuse = "string", name = "string" }
+local POOL_OPTIONS = { size = "integer", max_idle_secs = "number", reuse = "string", name = "string",
+                       probe_secs = "number" }
 -- Options that only choose a backend; they do not change the sandbox made.
 local ROUTING = { backend = true, policy = true, needs = true, only = true, ignore = true,
                   isolation = true, max_price = true, region = true }
@@ -88,7 +90,7 @@ local function put_idle(st, sb, since)
   sb._pooled = "idle"
   local i = #st.idle + 1
   while i > 1 and st.idle[i - 1].since > since do i = i - 1 end
-  table.insert(st.idle, i, { sb = sb, since = since })
+  table.insert(st.idle, i, { sb = sb, since = since, checked = loop.now() })
 end
 
 local function take_idle(st)
@@ -187,6 +189,29 @@ local function start_create(st)
   st.creators[task] = true
 end
 
+-- Probe the idle sandboxes not checked for probe_secs (a container can die
+-- while idle: OOM, a docker kill, a reboot of the engine); the dead ones are
+-- destroyed, so acquire never hands them out, and replaced. The probe runs
+-- in the maintainer, so acquire pays nothing for it.
+local function probe_idle(st)
+  local now, due = loop.now(), {}
+  for _, e in ipairs(st.idle) do
+    if now - e.checked >= st.probe then due[#due + 1] = e end
+  end
+  for _, e in ipairs(due) do
+    local ok, alive = pcall(e.sb.is_alive, e.sb)
+    e.checked = loop.now()
+    if not (ok and alive) and e.sb._pooled == "idle" and e.sb._h then   -- not taken meanwhile
+      for i, x in ipairs(st.idle) do
+        if x == e then table.remove(st.idle, i) break end
+      end
+      st.dead = st.dead + 1
+      e.sb._pooled = nil
+      pcall(e.sb.destroy, e.sb)
+    end
+  end
+end
+
 -- The pool's background task: retire idle sandboxes past max_idle_secs,
 -- keep `size` idle or being created (one at a time, backing off, while
 -- creates fail), sleep until something changes.
@@ -201,6 +226,7 @@ local function maintain(st)
         pcall(e.sb.destroy, e.sb)
       end
     end
+    if not st.closed then probe_idle(st) end
     if st.closed then break end
     if not owner.shutting_down and loop.now() >= st.next_try then
       while not st.closed and #st.idle + st.creating < st.size and (st.fails == 0 or st.creating == 0) do
@@ -211,6 +237,7 @@ local function maintain(st)
     if not st.dirty then
       local due
       if st.max_idle and #st.idle > 0 then due = st.idle[1].since + st.max_idle end
+      for _, e in ipairs(st.idle) do due = math.min(due or math.huge, e.checked + st.probe) end
       if st.next_try > loop.now() and #st.idle + st.creating < st.size then
         due = math.min(due or math.huge, st.next_try)
       end
@@ -352,7 +379,8 @@ end
 function Pool:stats()
   local st = self._st
   return { idle = #st.idle, creating = st.creating, acquired = st.acquired, created = st.created,
-           failed = st.failed, expired = st.expired, handed_out = st.handed, waiting = #st.waiters,
+           failed = st.failed, expired = st.expired, dead = st.dead, handed_out = st.handed,
+           waiting = #st.waiters,
            size = st.size, closed = st.closed, backend = st.backend,
            last_error = st.last_error and tostring(st.last_error) or nil }
 end
@@ -375,6 +403,9 @@ function M.new(opts, f)
   if size < 1 then check.bad("pool", "size must be >= 1, got " .. size) end
   if opts.max_idle_secs and not (opts.max_idle_secs > 0) then
     check.bad("pool", "max_idle_secs must be > 0 seconds")
+  end
+  if opts.probe_secs and not (opts.probe_secs > 0) then
+    check.bad("pool", "probe_secs must be > 0 seconds")
   end
   local reuse = opts.reuse or "destroy"
   if reuse ~= "destroy" and reuse ~= "reset" then
@@ -415,9 +446,10 @@ function M.new(opts, f)
   count = count + 1
   local st = {
     name = opts.name or ("pool-" .. count), backend = backend, size = size,
-    max_idle = opts.max_idle_secs, ttl = merged.timeout_secs or 3600, shape = shape(valid),
+    max_idle = opts.max_idle_secs, probe = opts.probe_secs or M.PROBE_SECS,
+    ttl = merged.timeout_secs or 3600, shape = shape(valid),
     idle = {}, waiters = {}, creators = {},
-    creating = 0, acquired = 0, created = 0, failed = 0, expired = 0, handed = 0,
+    creating = 0, acquired = 0, created = 0, failed = 0, expired = 0, dead = 0, handed = 0,
     fails = 0, next_try = 0, closed = false, dirty = false,
     wake = loop.event(), changed = loop.event(),
   }

@@ -82,6 +82,10 @@ describe("sbx.pool options", function()
     assert.equal("ConfigError", kind_of(function() sbx.pool{ backend = "local", size = 1.5 } end))
     assert.equal("ConfigError", kind_of(function() sbx.pool{ backend = "local", size = "4" } end))
     assert.equal("ConfigError", kind_of(function() sbx.pool{ backend = "local", max_idle_secs = 0 } end))
+    kind, err = kind_of(function() sbx.pool{ backend = "local", probe_secs = -1 } end)
+    assert.equal("ConfigError", kind)
+    assert.matches("probe_secs must be > 0", err.message)
+    assert.equal("ConfigError", kind_of(function() sbx.pool{ backend = "local", probe_secs = "often" } end))
     assert.equal("ConfigError", kind_of(function() sbx.pool{ backend = "local", reuse = "keep" } end))
     assert.equal("ConfigError", kind_of(function() sbx.pool{ backend = "local", timeout_secs = -1 } end))
     assert.equal("ConfigError", kind_of(function() sbx.pool{ backend = "dockr" } end))
@@ -197,6 +201,29 @@ describe("sbx.pool on local", function()
     local sb <close> = p:acquire()
     assert.is_not.equal(first[1].id, sb.id)
     assert.is_not.equal(first[2].id, sb.id)
+  end)
+
+  it("an idle sandbox that died is destroyed and replaced, never handed out", function()
+    local before = owned_ids()
+    local p <close> = sbx.pool{ backend = "local", size = 2, probe_secs = 0.1 }
+    assert.is_true(p:wait_ready(10))
+    local victim
+    for _, sb in ipairs(owner.owned()) do
+      if not before[sb.id] then victim = sb break end
+    end
+    assert.is_true(fs.rmtree(victim.workdir))     -- gone behind the pool's back
+    local deadline = loop.now() + 10
+    while p:stats().dead == 0 and loop.now() < deadline do loop.sleep(0.02) end
+    assert.equal(1, p:stats().dead)
+    assert.is_nil(victim._h)                     -- destroyed: out of the session
+    assert.is_nil(owned_ids()[victim.id])
+    assert.is_true(p:wait_ready(10))
+    for _ = 1, 2 do
+      local sb <close> = p:acquire()
+      assert.is_not.equal(victim.id, sb.id)
+      assert.equal("ok\n", sb:execute_command("echo ok").stdout)
+    end
+    assert.equal(1, p:stats().dead)              -- the live ones were probed and kept
   end)
 
   it("lifetime (timeout_secs) counts from acquire; idle ones whose lifetime ends are replaced", function()
@@ -588,6 +615,26 @@ describe("sbx.pool on docker", function()
     assert.matches("sbxlua%-no%-such%-image", err.message)
     assert.is_true(loop.now() - t0 < 60)
     assert.is_true(p:stats().failed >= 1)
+  end)
+
+  it("a container killed while idle is replaced, never handed out", function()
+    local before = owned_ids()
+    local p <close> = sbx.pool{ backend = "docker", image = IMAGE, size = 1, probe_secs = 0.2 }
+    assert.is_true(p:wait_ready(120))
+    local victim
+    for _, sb in ipairs(owner.owned()) do
+      if not before[sb.id] then victim = sb break end
+    end
+    local cid = victim:session_state().state.container
+    assert.is_true(os.execute("docker kill " .. cid .. " >/dev/null"))
+    local deadline = loop.now() + 30
+    while p:stats().dead == 0 and loop.now() < deadline do loop.sleep(0.05) end
+    assert.equal(1, p:stats().dead)
+    victim._cid = cid
+    assert.is_true(container_gone(victim))
+    local sb <close> = p:acquire(120)
+    assert.is_not.equal(victim.id, sb.id)
+    assert.equal("ok\n", sb:execute_command("echo ok").stdout)
   end)
 
   it("close destroys the idle containers", function()

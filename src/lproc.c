@@ -456,8 +456,46 @@ fail:;
   return -1;
 }
 
+/* join = { path, ... } (cgroup.procs files) at the top of the stack:
+** checked and popped; the count. */
+#define MAXJOIN 4
+static int join_check(lua_State *L) {
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  luaL_argcheck(L, lua_istable(L, -1), 1, "'join' must be a list of cgroup.procs paths");
+  int n = (int)luaL_len(L, -1);
+  luaL_argcheck(L, n <= MAXJOIN, 1, "at most 4 'join' paths");
+  for (int i = 0; i < n; i++) {
+    if (lua_rawgeti(L, -1, i + 1) != LUA_TSTRING) luaL_error(L, "join[%d] must be a string", i + 1);
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  return n;
+}
+
+/* Open the n checked join paths of options table 1: 0, or -1 with errno. */
+static int join_open(lua_State *L, int n, int *out) {
+  lua_getfield(L, 1, "join");
+  for (int i = 0; i < n; i++) {
+    lua_rawgeti(L, -1, i + 1);
+    out[i] = open(lua_tostring(L, -1), O_WRONLY | O_CLOEXEC);
+    lua_pop(L, 1);
+    if (out[i] < 0) {
+      int e = errno;
+      while (i > 0) close(out[--i]);
+      lua_pop(L, 1);
+      errno = e;
+      return -1;
+    }
+  }
+  lua_pop(L, 1);
+  return 0;
+}
+
 /* proc.spawn{argv=, env=, cwd=, stdin=, keep_stdin=, max_output=,
-**            stream=, timeout=, cgroup=, fds=, rlimits=}
+**            stream=, timeout=, cgroup=, join=, fds=, rlimits=}
 **   -> Proc | nil, msg, code */
 static int proc_spawn(lua_State *L) {
   char path[4096];
@@ -491,6 +529,8 @@ static int proc_spawn(lua_State *L) {
   const char *xdata[SBX_SPAWN_MAXFDS];
   size_t xlen[SBX_SPAWN_MAXFDS];
   int xfd[SBX_SPAWN_MAXFDS];
+  lua_getfield(L, 1, "join");
+  int njoin = join_check(L);
   lua_getfield(L, 1, "fds");
   int nx = data_list(L, xdata, xlen);
   sbx_rlimit lims[NRLIMITS];
@@ -535,11 +575,21 @@ static int proc_spawn(lua_State *L) {
   }
   r.fds = xfd;
   r.nfds = nx;
+  int jfd[MAXJOIN];
+  if (join_open(L, njoin, jfd) < 0) {
+    e = errno;
+    if (cgfd >= 0) close(cgfd);
+    for (int i = 0; i < nx; i++) close(xfd[i]);
+    return spawn_failed(L, p, fds, e, "cgroup (join)");
+  }
+  r.join_fds = jfd;
+  r.njoin = njoin;
   p->start = sbx_now();
   pid_t pid = sbx_spawn(&r, &p->pidfd);
   e = errno;
   if (cgfd >= 0) close(cgfd);
   for (int i = 0; i < nx; i++) close(xfd[i]);
+  for (int i = 0; i < r.njoin; i++) close(jfd[i]);
   if (pid < 0)
     return spawn_failed(L, p, fds, e, r.stage == 1 ? lua_pushfstring(L, "cwd %s", cwd)
                                       : r.stage == 2 ? argv[0]

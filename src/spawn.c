@@ -129,6 +129,11 @@ static int child(void *arg) {
     r->stage = 5;
     goto fail;
   }
+  for (int i = 0; i < r->njoin; i++)
+    if (write(r->join_fds[i], "0", 1) != 1) {
+      r->stage = 5;
+      goto fail;
+    }
   if (r->cgroup_fd < 0) prctl(PR_SET_CHILD_SUBREAPER, 1);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   /* Extra fds go above their targets first, so that placing 0-2 and then

@@ -25,6 +25,11 @@ typedef struct sbx_spawn_req {
   int nfds;                  /* at most SBX_SPAWN_MAXFDS */
   const sbx_rlimit *rlimits; /* set in the child before execve */
   int nrlimits;
+  /* cgroup.procs files of cgroup v1 hierarchies (a hybrid host's pids,
+  ** memory, cpu controllers), open for writing: the child writes itself
+  ** into each before anything else, so no descendant starts outside. */
+  const int *join_fds;
+  int njoin;
   /* The signals the caller ignores (execve keeps SIG_IGN), from
   ** sbx_ignored_signals: the child resets only those. NULL: every signal
   ** that might be. Only for callers without signal handlers, as the child

@@ -127,6 +127,24 @@ describe("sbx.proc", function()
     assert(cgroup.remove(dir))
   end)
 
+  it("join puts the child in cgroup v1 groups before it runs", function()
+    local how = require("sbx.limits").controllers().pids
+    if not (how and how.v == 1) then pending("no cgroup v1 pids hierarchy here") return end
+    local dir = how.dir .. "/spec-" .. proc.getpid()
+    assert(cgroup.create(dir))
+    -- the child reads its own membership: it was in the group from its first instruction
+    local r = run({ "sh", "-c", "grep pids: /proc/self/cgroup" }, { join = { dir .. "/cgroup.procs" } })
+    assert.equal(0, r.exit_code, r.stderr)
+    assert.matches("/spec%-" .. proc.getpid() .. "\n$", r.stdout)
+    -- a group that cannot be joined fails the spawn, naming it
+    local p, err = proc.spawn{ argv = { "true" }, env = { PATH }, join = { dir .. "/nonexistent/cgroup.procs" } }
+    assert.is_nil(p)
+    assert.matches("join", err)
+    assert.has_error(function() proc.spawn{ argv = { "true" }, join = "x" } end)
+    assert.has_error(function() proc.spawn{ argv = { "true" }, join = { 1 } } end)
+    assert.is_true(os.remove(dir))
+  end)
+
   it("enforces the output cap while reading (no unbounded buffering)", function()
     local r = run({ "head", "-c", "50000000", "/dev/zero" }, { max_output = 1000 })
     assert.equal(1000, #r.stdout)

@@ -39,7 +39,10 @@ M.DANGEROUS_CAPS = { DAC_READ_SEARCH = 2, NET_ADMIN = 12, SYS_MODULE = 16, SYS_R
 ---options of a limit, and a bounded allocation past it, in MiB).
 function M.claims(name)
   if name == "bwrap" then
-    return { no_caps = true, memory = { backend_options = { rlimits = { as_mb = 256 } }, mb = 512 } }
+    local lim = require("sbx.backends.bwrap").descriptor.limits
+    return { no_caps = true, pids = lim.pids and require("sbx.limits").PIDS or nil,
+             memory = lim.memory_mb and { memory_mb = 128, mb = 512 }
+                      or { backend_options = { rlimits = { as_mb = 256 } }, mb = 512 } }
   elseif name == "docker" then
     return { pids = require("sbx.backends.docker").DEFAULTS.pids, memory = { memory_mb = 128, mb = 512 } }
   end

@@ -279,19 +279,77 @@ call('getppid', 110)
         sbx.sandbox("bwrap", { backend_options = { privileged = true } }) end))
     end)
 
-    it("declares that it cannot enforce cpu or memory_mb, so routing skips it", function()
-      assert.is_false(bwrap.descriptor.limits.cpu)
-      assert.is_false(bwrap.descriptor.limits.memory_mb)
-      local _, reasons = router.candidates{ memory_mb = 512 }
-      assert.matches("memory_mb", reasons.bwrap)
-      _, reasons = router.candidates{ cpu = 2 }
-      assert.matches("cpu", reasons.bwrap)
-      assert.equal("FeatureNotSupportedError", kind_of(function() sbx.sandbox("bwrap", { memory_mb = 512 }) end))
-      local keep = router.candidates{ allow_internet = false, isolation = "namespace" }
-      local names = {}
-      for _, d in ipairs(keep) do names[#names + 1] = d.name end
-      assert.truthy(table.concat(names, " "):find("bwrap", 1, true))
-    end)
+    local limits = require "sbx.limits"
+    if bwrap.descriptor.limits.memory_mb then
+      -- a control file of the sandbox's group for `controller`
+      local function control(sb, controller, file)
+        local how = limits.controllers()[controller]
+        local dir = how.v == 2 and sb:session_state().state.cg
+                    or (how.dir .. "/" .. require("sbx.owner").session_id() .. "/" .. sb.id)
+        local f = io.open(dir .. "/" .. file)
+        if not f then return nil end
+        local v = f:read("a")
+        f:close()
+        return (v:gsub("%s+$", ""))
+      end
+
+      it("enforces memory_mb, cpu and a pids limit through cgroup controllers", function()
+        local s = sbx.sandbox("bwrap", { memory_mb = 64, cpu = 0.5 })
+        local v1 = limits.controllers().memory.v == 1
+        assert.equal(tostring(64 << 20), control(s, "memory", v1 and "memory.limit_in_bytes" or "memory.max"))
+        assert.equal(v1 and "50000" or "50000 100000", control(s, "cpu", v1 and "cpu.cfs_quota_us" or "cpu.max"))
+        assert.equal(tostring(limits.PIDS), control(s, "pids", "pids.max"))
+        -- 200 MB touched under 64 MB: the kernel kills it; the sandbox goes on
+        local r = py(s, "b = bytearray(200 << 20)\nprint('allocated')")
+        assert.equal("", r.stdout)
+        assert.is_true(r.signal == "SIGKILL" or r.exit_code == 137, "not killed: " .. tostring(r.exit_code))
+        assert.equal("ok\n", s:execute_command("echo ok").stdout)
+        -- what fits under the limit runs
+        r = py(s, "b = bytearray(16 << 20)\nprint('fits')")
+        assert.equal("fits\n", r.stdout)
+        local id = s.id
+        s:destroy()
+        if v1 then
+          local how = limits.controllers().memory
+          assert.is_nil(fs.list_host(how.dir .. "/" .. require("sbx.owner").session_id() .. "/" .. id))
+        end
+      end)
+
+      it("is routed requests with cpu or memory_mb, and rejects bad values", function()
+        local _, reasons = router.candidates{ memory_mb = 512, cpu = 2 }
+        assert.is_nil(reasons.bwrap)
+        assert.equal("ConfigError", kind_of(function() sbx.sandbox("bwrap", { memory_mb = 1 }) end))
+        assert.equal("ConfigError", kind_of(function() sbx.sandbox("bwrap", { cpu = 0 }) end))
+      end)
+
+      it("refuses to run without limits it could not set, and leaves nothing", function()
+        local apply = limits.apply
+        limits.apply = function() return nil, "memory.max: Device or resource busy" end
+        local function bwrap_dir()
+          return require("sbx.owner").state_dir() .. "/bwrap/" .. require("sbx.owner").session_id()
+        end
+        local before = #(fs.list_host(bwrap_dir()) or {})
+        local kind, err = kind_of(function() sbx.sandbox("bwrap", { memory_mb = 128 }) end)
+        limits.apply = apply
+        assert.equal("SandboxCreationError", kind)
+        assert.matches("cannot set the sandbox's limits: memory.max", err.message)
+        assert.equal(before, #(fs.list_host(bwrap_dir()) or {}))
+      end)
+    else
+      it("declares that it cannot enforce cpu or memory_mb, so routing skips it", function()
+        assert.is_false(bwrap.descriptor.limits.cpu)
+        assert.is_false(bwrap.descriptor.limits.memory_mb)
+        local _, reasons = router.candidates{ memory_mb = 512 }
+        assert.matches("memory_mb", reasons.bwrap)
+        _, reasons = router.candidates{ cpu = 2 }
+        assert.matches("cpu", reasons.bwrap)
+        assert.equal("FeatureNotSupportedError", kind_of(function() sbx.sandbox("bwrap", { memory_mb = 512 }) end))
+        local keep = router.candidates{ allow_internet = false, isolation = "namespace" }
+        local names = {}
+        for _, d in ipairs(keep) do names[#names + 1] = d.name end
+        assert.truthy(table.concat(names, " "):find("bwrap", 1, true))
+      end)
+    end
   end)
 
   describe("agent", function()

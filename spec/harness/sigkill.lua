@@ -182,12 +182,18 @@ function M:count(exclude_tags)
       end
     end
   end
-  local cgbase = "/sys/fs/cgroup/unified/sbxlua"
-  for _, name in ipairs(fs.list_host(cgbase) or {}) do
-    local pid = session_pid(name)
-    if pid and self.pids[pid] and not (exclude_tags and exclude_tags[pid]) then
-      tally(found, "cgroup", "cgroups", 1)
-      details[#details + 1] = "cgroup: " .. cgbase .. "/" .. name
+  -- the v2 base, and the v1 groups that limit bwrap sandboxes (sbx.limits)
+  local bases = { require("sbx.backends.local").containment() }
+  for _, how in pairs(require("sbx.limits").controllers()) do
+    if how.v == 1 then bases[#bases + 1] = how.dir end
+  end
+  for _, cgbase in ipairs(bases) do
+    for _, name in ipairs(fs.list_host(cgbase) or {}) do
+      local pid = session_pid(name)
+      if pid and self.pids[pid] and not (exclude_tags and exclude_tags[pid]) then
+        tally(found, "cgroup", "cgroups", 1)
+        details[#details + 1] = "cgroup: " .. cgbase .. "/" .. name
+      end
     end
   end
   return found, details

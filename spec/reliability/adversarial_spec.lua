@@ -83,13 +83,45 @@ describe("adversarial commands", function()
     end)
   end
 
-  -- local and bwrap have no pids limit on this machine (no cgroup
-  -- controllers; root is exempt from RLIMIT_NPROC): a real fork bomb would
-  -- take the host down with it. A throttled one (a generation every 0.2 s,
-  -- so ~2^8 processes when the timeout strikes) still checks that a tree
-  -- forking while it is killed dies whole.
+  -- A real fork bomb where a pids limit bounds it: docker (PidsLimit) and
+  -- bwrap on a machine with a pids controller (sbx.limits).
+  local function real_bomb(name, opts, after)
+    local sb <close> = sbx.sandbox(name, opts)
+    local tag = "sbxbomb" .. require("sbx.proc").random_hex(8)
+    local t0 = loop.now()
+    local r = sb:execute_command("bash", { "-c", "b() { exec -a " .. tag .. " bash -c 'b() { b & b & wait; }; b' ; }; b" },
+                                 { timeout = 3 })
+    assert.is_true(r.timed_out)
+    assert.is_true(loop.now() - t0 < 30)
+    loop.sleep(0.5)
+    assert.equal(0, survivors(tag))
+    assert.equal("alive\n", sb:execute_command("echo alive").stdout)
+    if after then after(sb) end
+  end
+
+  local bwrap = require "sbx.backends.bwrap"
+  if bwrap.available() and bwrap.descriptor.limits.pids then
+    it("a fork bomb dies with its timeout, whole (bwrap: the pids controller bounds it)", function()
+      local limits = require "sbx.limits"
+      real_bomb("bwrap", {}, function(sb)
+        local how = limits.controllers().pids
+        if how.v == 1 then   -- the limit was hit: forks were refused (pids.events "max N")
+          local f = assert(io.open(how.dir .. "/" .. require("sbx.owner").session_id() .. "/" .. sb.id .. "/pids.events"))
+          local refused = tonumber(f:read("a"):match("max (%d+)"))
+          f:close()
+          assert.is_true(refused > 0, "no fork was refused: the bomb was not bounded by pids.max")
+        end
+      end)
+    end)
+  end
+
+  -- local has no pids limit (and bwrap none without a pids controller; root
+  -- is exempt from RLIMIT_NPROC): a real fork bomb would take the host down
+  -- with it. A throttled one (a generation every 0.2 s, so ~2^8 processes
+  -- when the timeout strikes) still checks that a tree forking while it is
+  -- killed dies whole.
   for _, b in ipairs(BACKENDS) do
-    if b[1] ~= "docker" then
+    if b[1] == "local" or (b[1] == "bwrap" and not bwrap.descriptor.limits.pids) then
       it("a throttled fork bomb dies with its timeout, whole, on " .. b[1], function()
         local sb <close> = sbx.sandbox(b[1], b[2])
         local tag = "sbxslowbomb" .. require("sbx.proc").random_hex(8)
@@ -107,16 +139,7 @@ describe("adversarial commands", function()
 
   if require("sbx.backends.docker").available() then
     it("a fork bomb dies with its timeout, whole (docker: PidsLimit bounds it)", function()
-      local sb <close> = sbx.sandbox("docker", { image = IMAGE })
-      local tag = "sbxbomb" .. require("sbx.proc").random_hex(8)
-      local t0 = loop.now()
-      local r = sb:execute_command("bash", { "-c", "b() { exec -a " .. tag .. " bash -c 'b() { b & b & wait; }; b' ; }; b" },
-                                   { timeout = 3 })
-      assert.is_true(r.timed_out)
-      assert.is_true(loop.now() - t0 < 30)
-      loop.sleep(0.5)
-      assert.equal(0, survivors(tag))
-      assert.equal("alive\n", sb:execute_command("echo alive").stdout)
+      real_bomb("docker", { image = IMAGE })
     end)
   end
 end)

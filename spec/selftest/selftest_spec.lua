@@ -43,8 +43,16 @@ describe("sbxlua selftest", function()
     for _, p in ipairs(selftest.probes) do
       assert.equal("ok", rows[p.name].status, p.name .. ": " .. tostring(rows[p.name].detail))
     end
-    assert.matches("MemoryError", rows["exhaust memory"].detail)
-    assert.matches("all killed", rows["exhaust pids"].detail)
+    if bwrap.descriptor.limits.memory_mb then   -- the cgroup's limit: the kernel kills
+      assert.matches("refused %(SIGKILL%)", rows["exhaust memory"].detail)
+    else                                        -- the rlimit: the allocation fails
+      assert.matches("MemoryError", rows["exhaust memory"].detail)
+    end
+    if bwrap.descriptor.limits.pids then
+      assert.matches("stopped at %d+ processes %(limit", rows["exhaust pids"].detail)
+    else
+      assert.matches("all killed", rows["exhaust pids"].detail)
+    end
   end)
 
   it("blocks every probe on docker", function()
@@ -123,7 +131,11 @@ describe("sbxlua doctor", function()
       assert.matches("ok   user namespaces: work", r.stdout)
       assert.matches("ok   network namespaces", r.stdout)
       assert.matches("ok   seccomp filter: %d+ calls refused", r.stdout)
-      assert.matches("limits: cpu, memory_mb and pids are not enforced", r.stdout)
+      if bwrap.descriptor.limits.memory_mb then
+        assert.matches("limits: pids %(cgroup v%d, pids.max %d+%), memory_mb %(cgroup v%d%)", r.stdout)
+      else
+        assert.matches("limits: [^\n]*memory_mb: not enforced", r.stdout)
+      end
     end
     assert.matches("sbxlua selftest", r.stdout)
   end)

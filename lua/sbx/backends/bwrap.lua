@@ -29,9 +29,11 @@
 --- RESOLVE_BENEATH), so a link swapped in meanwhile cannot leave it. /proc
 --- and /dev are refused; writes to the read-only parts raise PathError.
 ---
---- Limits: no cgroup v2 controller limits (cpu, memory_mb and pids are not
---- enforced, so routing skips bwrap when they are requested); per-process
---- rlimits through backend_options.rlimits; core dumps are off.
+--- Limits: `cpu`, `memory_mb` and a pids limit (limits.PIDS) through the
+--- cgroup controllers the machine has (sbx.limits: v2's when delegated, else
+--- a hybrid host's v1 hierarchies); an option no controller can enforce is
+--- not claimed, so routing skips bwrap for it and a pinned create raises.
+--- Per-process rlimits through backend_options.rlimits; core dumps are off.
 local fs = require "sbx.fs"
 local proc = require "sbx.proc"
 local cgroup = require "sbx.cgroup"
@@ -40,6 +42,7 @@ local errors = require "sbx.errors"
 local owner = require "sbx.owner"
 local paths = require "sbx.paths"
 local agentlink = require "sbx.agentlink"
+local limits = require "sbx.limits"
 
 local M = {}
 
@@ -66,10 +69,17 @@ M.descriptor = {
   options = { workdir = true, allow_internet = true, backend_options = true },
   price = { per_hour = 0, per_vcpu_hour = 0, per_gib_hour = 0 },
   regions = {},
-  -- what it enforces: no cgroup limits; per-process rlimits on request
+  -- what it enforces: cgroup limits where a controller is (below); per-process rlimits on request
   limits = { cpu = false, memory_mb = false, pids = false,
              rlimits = { "as_mb", "cpu_secs", "fsize_mb", "nofile" } },
 }
+do   -- claim the options this machine's cgroup controllers can enforce
+  local ok, ctl = pcall(limits.controllers)
+  for opt, c in pairs(limits.OPTION) do
+    if ok and ctl[c] then M.descriptor.options[opt], M.descriptor.limits[opt] = true, true end
+  end
+  M.descriptor.limits.pids = ok and ctl.pids ~= nil or false
+end
 
 local function fail(kind, msg, op, code)
   errors.raise(kind, msg, { backend = "bwrap", op = op, code = code })
@@ -332,8 +342,9 @@ function M.doctor()
       .. " whole); inside, each command's tree is killed by its sbx-agent supervisor"
       or ("no writable cgroup v2 (" .. tostring(why) .. "): process trees are swept through /proc"),
       "run as root, or under a delegated cgroup (systemd-run --user --scope -p Delegate=yes sbxlua ...)")
-  add(nil, "limits", "cpu, memory_mb and pids are not enforced (routing skips bwrap when they are"
-      .. " requested); per-process rlimits via backend_options.rlimits (as_mb, cpu_secs, fsize_mb, nofile)")
+  add(nil, "limits", limits.describe() .. " (what is not enforced is not offered: routing skips bwrap"
+      .. " when it is requested); per-process rlimits via backend_options.rlimits (as_mb, cpu_secs,"
+      .. " fsize_mb, nofile)")
   if native.getuid() == 0 then
     add(nil, "running as root", "sandboxes hold host uid 0 without capabilities; what in /etc is not"
         .. " readable by everyone is hidden from them (" .. #M.layout().hidden .. " entries)")
@@ -355,7 +366,7 @@ local function sandboxes_dir(session) return owner.state_dir() .. "/bwrap/" .. s
 
 local function check_options(spec)
   local bo = spec.backend_options or {}
-  local limits = { core = 0 }
+  local lims = { core = 0 }
   for k in pairs(bo) do
     if k ~= "rlimits" then
       errors.raise("ConfigError", "bwrap: unknown backend_options." .. tostring(k) .. " (known: rlimits)",
@@ -375,14 +386,14 @@ local function check_options(spec)
       errors.raise("ConfigError", "bwrap: rlimits." .. k .. " must be an integer >= " .. d[3],
                    { backend = "bwrap", op = "create" })
     end
-    limits[d[1]] = v * d[2]
+    lims[d[1]] = v * d[2]
   end
-  return limits
+  return lims
 end
 
 local function handle(st)
   local L = M.layout()
-  local h = { id = st.id, dir = st.dir, workdir = st.workdir, own = st.own, cg = st.cg,
+  local h = { id = st.id, dir = st.dir, workdir = st.workdir, own = st.own, cg = st.cg, join = st.join,
               session = st.session, net = st.net and true or false, rlimits = st.rlimits or { core = 0 },
               roots = {} }
   h.mounts = mounts_of(L, h.dir, h.workdir)
@@ -397,9 +408,31 @@ local function handle(st)
   return h
 end
 
----@param spec table id=, session=, workdir=, allow_internet=, backend_options=
+-- The cgroup limits of a new sandbox: its cpu and memory_mb, and pids.max
+-- wherever a pids controller is. Returns the v1 groups its processes join.
+local function set_limits(spec, cg)
+  local want = { cpu = spec.cpu, memory_mb = spec.memory_mb }
+  if want.cpu ~= nil and not (want.cpu > 0) then
+    fail("ConfigError", "cpu must be > 0, got " .. tostring(want.cpu), "create")
+  end
+  if want.memory_mb ~= nil and not (want.memory_mb >= 16) then
+    fail("ConfigError", "memory_mb must be >= 16, got " .. tostring(want.memory_mb), "create")
+  end
+  if not cg then
+    if want.cpu or want.memory_mb then
+      fail("FeatureNotSupportedError", "cpu and memory_mb need the sandbox's cgroup, and there is none", "create")
+    end
+    return nil
+  end
+  if limits.controllers().pids then want.pids = limits.PIDS end
+  local set, err = limits.apply(spec.session, spec.id, cg, want)
+  if not set then return nil, err end
+  return #set.join > 0 and set.join or nil
+end
+
+---@param spec table id=, session=, workdir=, allow_internet=, backend_options=, cpu=, memory_mb=
 function M.create(spec)
-  local limits = check_options(spec)
+  local rlim = check_options(spec)
   if spec.workdir then
     local root = fs.open_root(spec.workdir)
     if not root then
@@ -418,7 +451,14 @@ function M.create(spec)
   end
   local h = handle{ id = spec.id, dir = d, own = true, cg = cg, session = spec.session,
                     workdir = spec.workdir and native.realpath(spec.workdir) or nil,
-                    net = spec.allow_internet ~= false, rlimits = limits }
+                    net = spec.allow_internet ~= false, rlimits = rlim }
+  local lok, join, lerr = pcall(set_limits, spec, cg)
+  if not lok or lerr then        -- refuse rather than run without the limits asked for
+    M.destroy(h)
+    if not lok then error(join, 0) end
+    fail("SandboxCreationError", "cannot set the sandbox's limits: " .. lerr, "create")
+  end
+  h.join = join
   local ok, perr = native.populate(d, h.top)
   if not ok then
     M.destroy(h)
@@ -429,7 +469,7 @@ end
 
 function M.session_state(h)
   return { dir = h.dir, own = h.own, cg = h.cg, session = h.session, workdir = h.workdir,
-           net = h.net, rlimits = h.rlimits }
+           net = h.net, rlimits = h.rlimits, join = h.join }
 end
 
 function M.resume(state)
@@ -459,6 +499,7 @@ end
 function M.destroy(h)
   if h.link then h.link:close() end
   if h.cg then cgroup.remove(h.cg) end
+  if h.cg then limits.remove(h.session, h.id) end   -- v1 groups, now empty
   close_roots(h)
   if h.own then
     local ok, err = fs.rmtree(h.dir)
@@ -474,6 +515,7 @@ function M.reap(entry)
   local base = require("sbx.backends.local").containment()
   if not cg and entry.session and base then cg = base .. "/" .. entry.session .. "/" .. entry.id end
   if cg then cgroup.remove(cg) end
+  if entry.session then limits.remove(entry.session, entry.id) end
   if dir and dir:find(owner.state_dir() .. "/bwrap/", 1, true) == 1 then fs.rmtree(dir) end
 end
 
@@ -482,6 +524,7 @@ function M.list_owned() return owner.sandbox_dirs("bwrap") end
 
 function M.forget_session(session)
   os.remove(sandboxes_dir(session))
+  limits.forget_session(session)
 end
 
 M.home = function() return M.WORKDIR end
@@ -846,7 +889,7 @@ local function open_link(h)
   local argv, fds = command_line(h, { extra = { "--ro-bind", file, M.AGENT_IN } })
   for _, x in ipairs{ "--chdir", "/", "--", M.AGENT_IN, "serve" } do argv[#argv + 1] = x end
   local p, err = proc.spawn{ argv = argv, env = {}, keep_stdin = true, stream = true, max_output = 0,
-                             cgroup = h.cg, fds = fds, rlimits = h.rlimits }
+                             cgroup = h.cg, join = h.join, fds = fds, rlimits = h.rlimits }
   if not p then return nil, err end
   return agentlink.open(transport(p), 10)
 end
@@ -908,7 +951,7 @@ function M.spawn(h, req)
   for _, a in ipairs(req.argv) do argv[#argv + 1] = a end
   local p, err, code = proc.spawn{
     argv = argv, env = {}, stdin = req.stdin, keep_stdin = req.keep_stdin, timeout = req.timeout,
-    max_output = req.max_output, stream = req.stream, cgroup = h.cg, fds = h.fds,
+    max_output = req.max_output, stream = req.stream, cgroup = h.cg, join = h.join, fds = h.fds,
     rlimits = h.rlimits,
   }
   if not p then fail("SandboxExecutionError", err, "exec", code) end

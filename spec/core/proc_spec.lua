@@ -21,6 +21,14 @@ local function fd_count()
   return n
 end
 
+-- Our open fds and what they are, for a failure message.
+local function fd_list()
+  local f = io.popen("ls -l /proc/" .. proc.getpid() .. "/fd | sed 1d | awk '{print $9, $11}'")
+  local out = f:read("a")
+  f:close()
+  return out
+end
+
 local function alive(pattern)
   -- "[s]bx..." keeps the popen shell's own command line from matching
   local f = io.popen("pgrep -f '[" .. pattern:sub(1, 1) .. "]" .. pattern:sub(2) .. "'")
@@ -224,11 +232,20 @@ describe("sbx.proc", function()
 
   it("children get only fds 0-2, and our fd count returns to its baseline", function()
     collectgarbage() collectgarbage()
-    local before = fd_count()
+    local before, listed = fd_count(), fd_list()
     local r = run({ "sh", "-c", "ls /proc/$$/fd" })
     assert.equal("0\n1\n2\n", r.stdout)
     for _ = 1, 50 do run({ "true" }) end
-    assert.equal(before, fd_count())   -- finished processes hold no fds, even before GC
+    -- finished processes hold no fds, even before GC. A leak stays; one
+    -- extra fd was seen once under ASan with a loaded machine (cause not
+    -- found): a short wait tells the two apart, the listing shows which
+    local after = fd_count()
+    for _ = 1, 20 do
+      if after == before then break end
+      loop.sleep(0.05)
+      after = fd_count()
+    end
+    assert.equal(before, after, "before:\n" .. listed .. "after:\n" .. fd_list())
   end)
 
   it("runs 100 processes concurrently from tasks", function()

@@ -134,6 +134,13 @@ static int child(void *arg) {
       r->stage = 5;
       goto fail;
     }
+  if (r->oom_score_adj) {
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      if (write(fd, r->oom_score_adj, strlen(r->oom_score_adj)) < 0) { /* best effort */ }
+      close(fd);
+    }
+  }
   if (r->cgroup_fd < 0) prctl(PR_SET_CHILD_SUBREAPER, 1);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   /* Extra fds go above their targets first, so that placing 0-2 and then

@@ -30,6 +30,10 @@ typedef struct sbx_spawn_req {
   ** into each before anything else, so no descendant starts outside. */
   const int *join_fds;
   int njoin;
+  /* Written to /proc/self/oom_score_adj in the child, best effort (NULL:
+  ** inherited). sbx-agent raises its commands' so that under a sandbox's
+  ** memory limit the kernel kills a command, not the agent. */
+  const char *oom_score_adj;
   /* The signals the caller ignores (execve keeps SIG_IGN), from
   ** sbx_ignored_signals: the child resets only those. NULL: every signal
   ** that might be. Only for callers without signal handlers, as the child

@@ -315,6 +315,17 @@ call('getppid', 110)
         end
       end)
 
+      it("out of memory, the kernel kills a command, never the agent holding the sandbox", function()
+        local s <close> = sbx.sandbox("bwrap", { memory_mb = 64 })
+        local link = bwrap.link_of(s._h)
+        -- 900 small processes: without the commands' raised oom_score_adj
+        -- the kernel picked bwrap's init (as small as any) and the sandbox died
+        local r = s:execute_command("for i in $(seq 1 900); do sleep 30 & done; wait", nil, { timeout = 10 })
+        assert.is_true(r.signal == "SIGKILL" or r.timed_out, "not killed: exit " .. tostring(r.exit_code))
+        assert.equal("ok\n", s:execute_command("echo ok").stdout)
+        assert.equal(link, bwrap.link_of(s._h))      -- the same agent, the same stream
+      end)
+
       it("is routed requests with cpu or memory_mb, and rejects bad values", function()
         local _, reasons = router.candidates{ memory_mb = 512, cpu = 2 }
         assert.is_nil(reasons.bwrap)

@@ -42,6 +42,11 @@
 #define TEXT_MAX (4096 + 256)      /* an E or Z message: a whole path and why */
 #define NOFILE_MAX 65536           /* the agent's fds: 4 per command */
 #define REAP_MS 10                 /* the next look at supervisors that sent X */
+/* Commands' oom_score_adj: under the sandbox's memory limit the kernel
+** kills a command rather than the agent (or bwrap's init) holding the
+** sandbox together. A command may lower it back to ours, and hurt only
+** its own sandbox. */
+#define SBX_COMMAND_OOM_ADJ "500"
 
 struct msg {
   msg *next;
@@ -456,6 +461,7 @@ static void supervise(const server *s, int fds[4]) {
   r.err = fds[2];
   r.cgroup_fd = -1;
   r.ignored = &s->ignored;         /* we have no handlers: see spawn.h */
+  r.oom_score_adj = SBX_COMMAND_OOM_ADJ;
   pid_t pid = sbx_spawn(&r, &pidfd);
   if (pid < 0) {
     report(fds[3], 'X', r.stage == 1 ? SUP_NOCWD : SUP_NOEXEC, errno);

@@ -51,27 +51,28 @@ local function words(s)
   return set
 end
 
--- v1 hierarchies: controller -> our directory in it (<mount><own>/sbxlua).
-local function v1_dirs()
+-- v1 hierarchies: controller -> our directory in it (<mount><own>/sbxlua),
+-- from the texts of /proc/self/mountinfo and /proc/self/cgroup.
+local function v1_dirs(mountinfo, selfcg)
   local own = {}
-  for line in (read("/proc/self/cgroup") or ""):gmatch("[^\n]+") do
+  for line in (selfcg or ""):gmatch("[^\n]+") do
     local ctrls, path = line:match("^%d+:([^:]*):(.*)$")
     for c in (ctrls or ""):gmatch("[^,]+") do own[c] = path end
   end
-  local found = {}
-  for line in (read("/proc/self/mountinfo") or ""):gmatch("[^\n]+") do
+  local dirs = {}
+  for line in (mountinfo or ""):gmatch("[^\n]+") do
     local root, mnt, rest = line:match("^%S+ %S+ %S+ (%S+) (%S+) .- %- (.*)$")
     local fstype, opts = (rest or ""):match("^(%S+) %S+ (%S+)")
     if fstype == "cgroup" and root == "/" then
       local set = words(opts)
       for _, c in ipairs(M.CONTROLLERS) do
-        if set[c] and own[c] and not found[c] then
-          found[c] = mnt .. (own[c] == "/" and "" or own[c]) .. "/sbxlua"
+        if set[c] and own[c] and not dirs[c] then
+          dirs[c] = mnt .. (own[c] == "/" and "" or own[c]) .. "/sbxlua"
         end
       end
     end
   end
-  return found
+  return dirs
 end
 
 -- v2: the controllers our base may hand to its children, enabled in its
@@ -90,23 +91,35 @@ local function v2_controllers(base)
   return got
 end
 
-local found   -- controller -> { v = 1|2, dir = }
+---Which controllers limit sandboxes under v2 cgroup `base`, given the
+---texts of /proc/self/mountinfo and /proc/self/cgroup (v2 first).
+---@return table controller -> { v = 1 or 2, dir = base directory }
+function M.detect(base, mountinfo, selfcg)
+  local out = {}
+  if not base then return out end            -- no v2 cgroup to kill through
+  for c in pairs(v2_controllers(base)) do out[c] = { v = 2, dir = base } end
+  for c, dir in pairs(v1_dirs(mountinfo, selfcg)) do
+    if not out[c] and cgroup.create(dir) and exists(dir .. "/cgroup.procs") then
+      out[c] = { v = 1, dir = dir }
+    end
+  end
+  return out
+end
 
----Which controllers limit sandboxes here, and how.
+local found   -- controller -> { v = 1|2, dir = }, once detected
+
+---Which controllers limit sandboxes here, and how (detected once).
 ---@return table controller -> { v = 1 or 2, dir = base directory }
 function M.controllers()
-  if found then return found end
-  found = {}
-  local base = require("sbx.backends.local").containment()
-  if not base then return found end          -- no v2 cgroup to kill through
-  for c in pairs(v2_controllers(base)) do found[c] = { v = 2, dir = base } end
-  for c, dir in pairs(v1_dirs()) do
-    if not found[c] and cgroup.create(dir) and exists(dir .. "/cgroup.procs") then
-      found[c] = { v = 1, dir = dir }
-    end
+  if not found then
+    found = M.detect(require("sbx.backends.local").containment(),
+                     read("/proc/self/mountinfo"), read("/proc/self/cgroup"))
   end
   return found
 end
+
+---Replace what was detected (specs: a stand-in tree); nil detects again.
+function M.use(controllers) found = controllers end
 
 ---What the sandbox options name, as controllers: option -> controller.
 M.OPTION = { cpu = "cpu", memory_mb = "memory" }

@@ -231,6 +231,25 @@ function M.gc(args)
     end
   end
   for _, x in ipairs(extra) do reap(x.provider, x.entry, nil) end
+  -- snapshots a dead session started and never heard back about
+  local images = 0
+  for _, s in pairs(dead) do
+    local sn = s.snapshots
+    local done = 0
+    for _ in pairs(sn.kept) do done = done + 1 end
+    if sn.started > done then
+      for _, name in ipairs(providers.names) do
+        local p = providers.get(name)
+        if p.reap_snapshots then
+          local ok, n = pcall(p.reap_snapshots, s.id, sn.kept, o["dry-run"])
+          if ok then images = images + n else
+            failed = failed + 1
+            complain("gc: ", name, " snapshots of ", s.id, ": ", tostring(n))
+          end
+        end
+      end
+    end
+  end
   if not o["dry-run"] and failed == 0 then
     for id, s in pairs(dead) do
       owner.forget_session(s)
@@ -241,7 +260,8 @@ function M.gc(args)
     end
   end
   if not o["dry-run"] then
-    say(string.format("gc: destroyed %d sandboxes from %d dead sessions%s\n", removed, sessions,
+    say(string.format("gc: destroyed %d sandboxes from %d dead sessions%s%s\n", removed, sessions,
+      images > 0 and string.format(", removed %d unfinished snapshot images", images) or "",
       failed > 0 and string.format(", %d failed", failed) or ""))
   end
   return failed > 0 and 1 or 0

@@ -198,7 +198,7 @@ end
 
 local function read_journal(path)
   local data = fs.read_host(path, 64 * 1024 * 1024)
-  local info = { sandboxes = {}, order = {} }
+  local info = { sandboxes = {}, order = {}, snapshots = { started = 0, kept = {} } }
   for line in (data or ""):gmatch("[^\n]+") do
     local e = json.decode(line)   -- a torn last line decodes to nil: skipped
     if type(e) == "table" then
@@ -211,6 +211,10 @@ local function read_journal(path)
         info.sandboxes[e.id].state = e.state
       elseif e.event == "destroy" then
         info.sandboxes[e.id] = nil
+      elseif e.event == "snapshot" then
+        info.snapshots.started = info.snapshots.started + 1
+      elseif e.event == "snapshot_done" and type(e.snapshot_id) == "string" then
+        info.snapshots.kept[e.snapshot_id] = true
       end
     end
   end
@@ -218,7 +222,7 @@ local function read_journal(path)
 end
 
 ---Every session in the state directory with its live sandboxes.
----@return table[] { id=, live=, host=, pid=, path=, sandboxes = { entry... } }
+---@return table[] { id=, live=, host=, pid=, path=, sandboxes = { entry... }, snapshots = { started=, kept = { [snapshot_id] = true } } }
 function M.sessions()
   local dir = sessions_dir()
   local names = fs.list_host(dir) or {}
@@ -228,7 +232,7 @@ function M.sessions()
     if id then
       local info = read_journal(dir .. "/" .. name)
       local s = { id = id, path = dir .. "/" .. id, host = info.host, pid = info.pid,
-                  started = info.started, sandboxes = {},
+                  started = info.started, sandboxes = {}, snapshots = info.snapshots,
                   live = fs.is_locked(dir .. "/" .. id .. ".lock") }
       for _, sid in ipairs(info.order) do
         if info.sandboxes[sid] then s.sandboxes[#s.sandboxes + 1] = info.sandboxes[sid] end

@@ -317,7 +317,20 @@ function Sandbox:snapshot()
     errors.raise("FeatureNotSupportedError", self.backend .. " cannot take snapshots",
                  { backend = self.backend, op = "snapshot" })
   end
-  return self._p.snapshot(h)
+  -- Journaled on both sides: an image a killed sbxlua never heard back
+  -- about is found by gc (started, not done) and removed.
+  if self._journaled then
+    local ok, err = owner.record{ event = "snapshot", id = self.id, backend = self.backend }
+    if not ok then
+      errors.raise("SandboxExecutionError", "cannot journal the snapshot: " .. tostring(err),
+                   { backend = self.backend, op = "snapshot" })
+    end
+  end
+  local res = self._p.snapshot(h)
+  if self._journaled then
+    owner.record{ event = "snapshot_done", id = self.id, snapshot_id = res.snapshot_id }
+  end
+  return res
 end
 
 ---A plain, JSON-safe table that sbx.resume() turns back into this sandbox.

@@ -153,6 +153,49 @@ describe("docker backend", function()
     assert.matches("not running", r.stderr)
   end)
 
+  it("gc removes a snapshot image its killed sbxlua never heard back about, and keeps finished ones", function()
+    os.execute("mkdir -p " .. STATE)
+    local job = STATE .. "/snapkill.lua"
+    local f = io.open(job, "w")
+    -- the second commit completes in the engine, then sbxlua dies before
+    -- it can journal the result
+    f:write([[
+      local docker = require "sbx.backends.docker"
+      local sb = sbx.sandbox("docker", { image = os.getenv("SBX_TEST_IMAGE") })
+      local kept = sb:snapshot().snapshot_id
+      local commit = docker.snapshot
+      docker.snapshot = function(h)
+        local res = commit(h)
+        print("kept " .. kept .. " lost " .. res.snapshot_id) io.stdout:flush()
+        os.execute("kill -9 " .. require("sbx.proc").getpid())
+        sbx.sleep(300)
+      end
+      sb:snapshot()
+    ]])
+    f:close()
+    local p = sbxlua({ job })
+    local out = ""
+    while true do
+      local which, chunk = p:read()
+      if not which then break end
+      if which == "stdout" then out = out .. chunk end
+    end
+    p:wait()
+    local kept, lost = out:match("kept (%S+) lost (%S+)")
+    assert.is_string(lost, out)
+    assert.equal(200, (engine("GET", "/images/" .. lost .. "/json")))
+    local r = sbxlua({ "gc", "--dry-run" }):wait()
+    assert.matches("would remove docker snapshot image " .. lost:gsub("%p", "%%%0"), r.stdout)
+    assert.is_nil(r.stdout:find(kept, 1, true))
+    r = sbxlua({ "gc" }):wait()
+    assert.equal(0, r.exit_code, r.stderr)
+    assert.matches("removed 1 unfinished snapshot images", r.stdout)
+    assert.equal(404, (engine("GET", "/images/" .. lost .. "/json")))
+    assert.equal(200, (engine("GET", "/images/" .. kept .. "/json")))   -- finished: the user's
+    engine("DELETE", "/images/" .. kept .. "?force=true")
+    fs.rmtree(STATE)
+  end)
+
   it("gc removes the containers of a SIGKILLed sbxlua, and only those", function()
     local keep <close> = sbx.sandbox("docker", { image = IMAGE })  -- a live session's
     os.execute("mkdir -p " .. STATE)

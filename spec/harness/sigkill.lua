@@ -1,7 +1,7 @@
 -- G2 harness (RELIABILITY.md): run short sbxlua jobs that create sandboxes on
 -- local, bwrap and docker, SIGKILL them at random points, run `sbxlua gc`,
 -- and count what is left: tagged processes, sandbox directories, containers,
--- cgroups. Used as a library by spec/reliability/g2_spec.lua and as a script
+-- cgroups, and snapshot images nobody heard back about. Used as a library by spec/reliability/g2_spec.lua and as a script
 -- by bench/g2.sh:  sbxlua spec/harness/sigkill.lua [N] [MAX_DELAY_S]
 local proc = require "sbx.proc"
 local loop = require "sbx.loop"
@@ -12,7 +12,7 @@ local M = {}
 
 M.BIN = os.getenv("SBX_BIN") or "build/sbxlua"
 M.IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
-M.KINDS = { "procs", "dirs", "containers", "cgroups" }
+M.KINDS = { "procs", "dirs", "containers", "cgroups", "images" }
 
 -- The job each killed sbxlua runs. arg: tag, backends (comma list), rounds.
 -- It prints "phase X" before each phase so the harness knows where it died.
@@ -38,6 +38,10 @@ for round = 1, rounds do
     local data = string.rep("g2", 50000)
     sb:write_file("g2.txt", data)
     assert(sb:read_file("g2.txt") == data)
+    if b == "docker" then
+      phase("snapshot")
+      sb:snapshot()
+    end
   end
   for _, sb in ipairs(sbs) do
     phase("destroy")
@@ -97,6 +101,7 @@ function M.new_run(opts)
   r.runs, r.kills, r.exited = 0, {}, 0
   r.leftovers = {}           -- [backend][kind] = n
   r.leaks = {}               -- descriptions
+  r.kept = {}                -- snapshot images the journals say were finished (the user's)
   return r
 end
 
@@ -137,6 +142,13 @@ function M:gc()
   return r
 end
 
+-- The engine's list of containers or images carrying `label`, as JSON text.
+local function engine_list(what, label)
+  local filters = json.encode{ label = { label } }
+  return sh("curl -s --unix-socket /var/run/docker.sock 'http://d/" .. what .. "/json?all=true&filters="
+            .. filters:gsub("[^%w]", function(c) return string.format("%%%02X", c:byte()) end) .. "'")
+end
+
 local function session_pid(name)
   return tonumber((name or ""):match("^.-%-(%d+)%-%x+$") or "")
 end
@@ -167,10 +179,7 @@ function M:count(exclude_tags)
     end
   end
   if self:has("docker") then
-    local filters = json.encode{ label = { "sbxlua.host" } }
-    local out = sh("curl -s --unix-socket /var/run/docker.sock 'http://d/containers/json?all=true&filters="
-                   .. filters:gsub("[^%w]", function(c) return string.format("%%%02X", c:byte()) end) .. "'")
-    local ok, list = pcall(json.decode, out)
+    local ok, list = pcall(json.decode, engine_list("containers", "sbxlua.host"))
     local prefix = self.state .. "/sessions/"
     for _, c in ipairs(ok and type(list) == "table" and list or {}) do
       local lock = (c.Labels or {})["sbxlua.lock"] or ""
@@ -179,6 +188,13 @@ function M:count(exclude_tags)
         tally(found, "docker", "containers", 1)
         details[#details + 1] = "docker container: " .. c.Id:sub(1, 12) .. " " .. tostring(c.State)
                                 .. " session " .. tostring(c.Labels["sbxlua.session"])
+      end
+    end
+    for _, img in ipairs(self:images(exclude_tags)) do
+      if not self.kept[img.Id] then
+        tally(found, "docker", "images", 1)
+        details[#details + 1] = "docker snapshot image: " .. img.Id:sub(1, 19) .. " session "
+                                .. tostring(img.Labels["sbxlua.session"])
       end
     end
   end
@@ -197,6 +213,17 @@ function M:count(exclude_tags)
     end
   end
   return found, details
+end
+
+---Snapshot images of this run's sessions (but those of `exclude_tags`).
+function M:images(exclude_tags)
+  local ok, list = pcall(json.decode, engine_list("images", "sbxlua.snapshot"))
+  local out = {}
+  for _, img in ipairs(ok and type(list) == "table" and list or {}) do
+    local pid = session_pid((img.Labels or {})["sbxlua.session"])
+    if pid and self.pids[pid] and not (exclude_tags and exclude_tags[pid]) then out[#out + 1] = img end
+  end
+  return out
 end
 
 function M:has(b)
@@ -239,6 +266,12 @@ function M:batch(n, max_delay, opts)
   local journals = {}
   for _, name in ipairs(fs.list_host(self.state .. "/sessions") or {}) do
     if name:match("%.jsonl$") then journals[#journals + 1] = fs.read_host(self.state .. "/sessions/" .. name, 1 << 24) or "" end
+  end
+  for _, j in ipairs(journals) do      -- finished snapshots are the user's: gc keeps them
+    for line in j:gmatch("[^\n]+") do
+      local ok, e = pcall(json.decode, line)
+      if ok and type(e) == "table" and e.event == "snapshot_done" then self.kept[e.snapshot_id] = true end
+    end
   end
   self:gc()
   loop.sleep(0.2)
@@ -295,7 +328,7 @@ end
 
 function M:figure()
   local lines = {}
-  local order = { "start", "create", "exec", "copy", "destroy", "done" }
+  local order = { "start", "create", "exec", "copy", "snapshot", "destroy", "done" }
   local ph = {}
   for _, p in ipairs(order) do if self.kills[p] then ph[#ph + 1] = p .. "=" .. self.kills[p] end end
   lines[#lines + 1] = string.format("G2 runs: %d SIGKILLs (%d jobs finished before the kill), backends: %s",
@@ -306,7 +339,7 @@ function M:figure()
     local k = self.leftovers[b] or {}
     if self:has(b) then
       cols[#cols + 1] = string.format("%s procs=%d dirs=%d containers=%d", b, k.procs or 0, k.dirs or 0,
-                                      k.containers or 0)
+                                      k.containers or 0) .. (b == "docker" and (" images=" .. (k.images or 0)) or "")
     end
   end
   cols[#cols + 1] = "cgroups=" .. ((self.leftovers.cgroup or {}).cgroups or 0)
@@ -318,6 +351,9 @@ end
 
 function M:cleanup()
   self:gc()
+  for _, img in ipairs(self:has("docker") and self:images() or {}) do   -- the finished snapshots
+    sh("curl -s -X DELETE --unix-socket /var/run/docker.sock 'http://d/images/" .. img.Id .. "?force=true' >/dev/null")
+  end
   fs.rmtree(self.state)
 end
 

@@ -438,6 +438,28 @@ function M.snapshot(h)
   return { snapshot_id = field(res, "Id", "string", { op = "snapshot" }) }
 end
 
+---Remove the snapshot images of dead session `session` that it never
+---heard back about (not in `keep`): a commit its sbxlua was killed in.
+---@return integer removed
+function M.reap_snapshots(session, keep, dry_run)
+  local filters = json.encode{ label = { "sbxlua.snapshot", "sbxlua.session=" .. session } }
+  local res = api("GET", "/images/json?filters=" .. q(filters), { 200 }, { op = "gc" })
+  local n = 0
+  for _, img in ipairs(type(res.json) == "table" and res.json or {}) do
+    local id = type(img) == "table" and type(img.Id) == "string" and img.Id or nil
+    if id and not keep[id] then
+      if dry_run then
+        io.stdout:write("would remove docker snapshot image ", id, " (session ", session, ")\n")
+        n = n + 1
+      else  -- 409: a container runs from it, so somebody uses it: kept
+        local del = api("DELETE", "/images/" .. q(id) .. "?force=true", { 200, 404, 409 }, { op = "gc" })
+        if del.status == 200 then n = n + 1 end
+      end
+    end
+  end
+  return n
+end
+
 -- ----------------------------------------------------------------- exec
 
 local function exec_create(h, cmd, env, op)

@@ -143,6 +143,10 @@ static int child(void *arg) {
   }
   if (r->cgroup_fd < 0) prctl(PR_SET_CHILD_SUBREAPER, 1);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  /* A parent killed before that prctl sends no signal: start nothing for
+  ** it. (Until execve we also hold a copy of its fds, its session lock
+  ** among them: the sooner we go, the sooner gc sees it dead.) */
+  if (getppid() != r->parent) _exit(127);
   /* Extra fds go above their targets first, so that placing 0-2 and then
   ** 3, 4, ... never overwrites one that is still to be moved. */
   int parked[SBX_SPAWN_MAXFDS];
@@ -212,6 +216,7 @@ pid_t sbx_spawn(sbx_spawn_req *r, int *pidfd) {
   r->stage = r->err_no = 0;
   r->report = -1;
   r->legacy = 0;
+  r->parent = getpid();
   *pidfd = -1;
   ca.flags = CLONE_PIDFD | (r->cgroup_fd >= 0 ? CLONE_INTO_CGROUP : 0);
   ca.pidfd = (uint64_t)(uintptr_t)pidfd;

@@ -44,6 +44,7 @@ typedef struct sbx_spawn_req {
   volatile int err_no;
   int report;                /* internal: pipe for fork-style clones */
   int legacy;                /* internal: the old clone (clone3 refused) */
+  pid_t parent;              /* internal: the child's parent, to notice its death */
 } sbx_spawn_req;
 
 /* Returns the pid (and *pidfd) or -1: errno for clone3 failures, or

@@ -58,8 +58,8 @@ function M.session()
     return nil, err
   end
   session = { id = id, journal = journal, lock = lock, host = M.hostname() }
-  local rok, werr = M.record{ event = "session", host = session.host,
-                             pid = proc.getpid(), started = os.time() }
+  local rok, werr = M.record{ event = "session", host = session.host, pid = proc.getpid(),
+                             pid_start = M.process_start(proc.getpid()), started = os.time() }
   if not rok then
     session = nil
     journal:close()
@@ -74,6 +74,32 @@ end
 
 function M.session_id() return session and session.id end
 
+---The start time of process `pid` (clock ticks after boot), and whether it
+---has exited (a zombie); nil when there is no such process.
+function M.process_start(pid)
+  local s = fs.read_host("/proc/" .. math.tointeger(pid) .. "/stat", 4096)
+  local rest = s and s:match("%) (.*)$")          -- the fields after (comm)
+  if not rest then return nil end
+  local state, i = rest:sub(1, 1), 2
+  for f in rest:gmatch("%S+") do                  -- field 3 is rest's first
+    if i == 21 then return tonumber(f), state == "Z" end
+    i = i + 1
+  end
+end
+
+-- Is the sbxlua of a session's journal (`e`: its "session" event) still
+-- running? A held lock alone may be a child of a killed sbxlua between
+-- clone and exec, holding a copy of its fds for a moment: gc right after
+-- the kill took such a session for live. Sessions of other hosts (their
+-- pids mean nothing here) and journals without a pid: the lock decides.
+local function owner_running(e)
+  if not e or not e.pid or e.host ~= M.hostname() then return true end
+  local start, zombie = M.process_start(e.pid)
+  if not start or zombie then return false end
+  return e.pid_start == nil or e.pid_start == start
+end
+M.owner_running = owner_running
+
 ---The lock file that says whether the current session is alive; backends
 ---label resources with it, so a gc run from any state directory can ask.
 function M.lock_path() return session and (sessions_dir() .. "/" .. session.id .. ".lock") end
@@ -82,8 +108,11 @@ function M.lock_path() return session and (sessions_dir() .. "/" .. session.id .
 ---sbxlua.lock label when it has one; else the session's lock in our state dir.
 function M.session_alive(id, lock)
   if id and session and id == session.id then return true end
-  if lock and lock ~= "" then return fs.is_locked(lock) end
-  return id ~= nil and fs.is_locked(sessions_dir() .. "/" .. id .. ".lock")
+  if not (lock and lock ~= "") then
+    if id == nil then return false end
+    lock = sessions_dir() .. "/" .. id .. ".lock"
+  end
+  return fs.is_locked(lock) and owner_running(M.session_event(lock:gsub("%.lock$", ".jsonl")))
 end
 
 ---Append one fsynced line to the journal.
@@ -196,6 +225,16 @@ end
 
 -- ------------------------------------------------------------- read back
 
+---The "session" event of the journal at `path` (its first line), or nil.
+function M.session_event(path)
+  local f = io.open(path, "r")
+  if not f then return nil end
+  local line = f:read("l")
+  f:close()
+  local e = line and json.decode(line)
+  return type(e) == "table" and e.event == "session" and e or nil
+end
+
 local function read_journal(path)
   local data = fs.read_host(path, 64 * 1024 * 1024)
   local info = { sandboxes = {}, order = {}, snapshots = { started = 0, kept = {} } }
@@ -203,7 +242,8 @@ local function read_journal(path)
     local e = json.decode(line)   -- a torn last line decodes to nil: skipped
     if type(e) == "table" then
       if e.event == "session" then
-        info.host, info.pid, info.started = e.host, e.pid, e.started
+        info.host, info.pid, info.started, info.event = e.host, e.pid, e.started, e
+
       elseif e.event == "create" and e.id then
         info.sandboxes[e.id] = e
         info.order[#info.order + 1] = e.id
@@ -233,7 +273,7 @@ function M.sessions()
       local info = read_journal(dir .. "/" .. name)
       local s = { id = id, path = dir .. "/" .. id, host = info.host, pid = info.pid,
                   started = info.started, sandboxes = {}, snapshots = info.snapshots,
-                  live = fs.is_locked(dir .. "/" .. id .. ".lock") }
+                  live = fs.is_locked(dir .. "/" .. id .. ".lock") and owner_running(info.event) }
       for _, sid in ipairs(info.order) do
         if info.sandboxes[sid] then s.sandboxes[#s.sandboxes + 1] = info.sandboxes[sid] end
       end

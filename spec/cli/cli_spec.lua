@@ -309,6 +309,55 @@ describe("sbxlua CLI", function()
     assert.same({}, live_sandboxes())
   end)
 
+  -- A child of a killed sbxlua between clone and exec holds a copy of its
+  -- fds, the session lock among them: gc right after the kill took the
+  -- session for live (1 in ~45 G2 kills). flock(1) plays that child.
+  it("gc reaps a killed sbxlua's session even while something else holds its lock", function()
+    local tag = "sbxheld" .. proc.random_hex(8)
+    local job = write_job("held.lua", [[
+      local sb = sbx.sandbox("local")
+      sb:spawn("bash", {"-c", "exec -a ]] .. tag .. [[ sleep 300"})
+      print("ready " .. require("sbx.owner").lock_path()) io.stdout:flush()
+      sbx.sleep(300)
+    ]])
+    local p = start({ job })
+    local lock = expect_output(p, "ready [^\n]+\n"):match("ready ([^\n]+)")
+    os.execute("kill -9 " .. p.pid)
+    p:wait()
+    local holder = assert(proc.spawn{ argv = { "flock", lock, "sleep", "30" }, env = env(), timeout = 60 })
+    local deadline = loop.now() + 10
+    while not fs.is_locked(lock) and loop.now() < deadline do loop.sleep(0.02) end
+    assert.is_true(fs.is_locked(lock))
+    local r = sbxlua({ "gc" })
+    holder:kill(9)
+    holder:wait()
+    assert.equal(0, r.exit_code, r.stderr)
+    assert.matches("destroyed 1 sandboxes from 1 dead sessions", r.stdout)
+    loop.sleep(0.1)
+    assert.is_false(alive(tag))
+  end)
+
+  it("a session whose pid now belongs to another process is dead, lock or not", function()
+    -- a journal naming a running process (us) with another start time
+    local sessions = STATE .. "/sessions"
+    assert(fs.mkdir_host(sessions))
+    local id = "vm-reused-" .. proc.random_hex(4)
+    local f = assert(io.open(sessions .. "/" .. id .. ".jsonl", "w"))
+    f:write(json.encode{ event = "session", host = require("sbx.owner").hostname(), pid = proc.getpid(),
+                         pid_start = 1, started = os.time() }, "\n")
+    f:close()
+    local holder = assert(proc.spawn{ argv = { "flock", sessions .. "/" .. id .. ".lock", "sleep", "30" },
+                                      env = env(), timeout = 60 })
+    local deadline = loop.now() + 10
+    while not fs.is_locked(sessions .. "/" .. id .. ".lock") and loop.now() < deadline do loop.sleep(0.02) end
+    local r = sbxlua({ "gc" })
+    holder:kill(9)
+    holder:wait()
+    assert.equal(0, r.exit_code, r.stderr)
+    assert.matches("from 1 dead sessions", r.stdout)
+    assert.is_nil(io.open(sessions .. "/" .. id .. ".jsonl"))     -- forgotten
+  end)
+
   it("gc without a Docker engine checks the other backends and says what it skipped", function()
     local r = sbxlua({ "gc" }, { env = { "DOCKER_HOST=unix://" .. STATE .. "/no-engine.sock" } })
     assert.equal(0, r.exit_code, r.stderr)

@@ -514,9 +514,18 @@ function M.reap(entry)
   local cg = st.cg
   local base = require("sbx.backends.local").containment()
   if not cg and entry.session and base then cg = base .. "/" .. entry.session .. "/" .. entry.id end
-  if cg then cgroup.remove(cg) end
+  local failed
+  if cg then
+    local ok, err = cgroup.remove(cg)
+    if not ok then failed = err end
+  end
   if entry.session then limits.remove(entry.session, entry.id) end
-  if dir and dir:find(owner.state_dir() .. "/bwrap/", 1, true) == 1 then fs.rmtree(dir) end
+  if dir and dir:find(owner.state_dir() .. "/bwrap/", 1, true) == 1 then
+    local ok, err = fs.rmtree(dir)
+    if not ok then failed = err end
+  end
+  -- reported, so gc keeps the session's journal and the next gc tries again
+  if failed then errors.core(failed, "EBUSY", "bwrap", "gc") end
 end
 
 ---Sandbox directories on disk, grouped by session (the list gc trusts).

@@ -251,12 +251,21 @@ function M.gc(args)
     end
   end
   if not o["dry-run"] and failed == 0 then
+    -- the journal goes last: a session whose cgroup or directory is still
+    -- busy stays known, and the next gc tries again
     for id, s in pairs(dead) do
-      owner.forget_session(s)
+      local ok = true
       for _, name in ipairs(providers.names) do
         local p = providers.get(name)
-        if p.forget_session then p.forget_session(id) end
+        if p.forget_session then
+          local fok, ferr = pcall(p.forget_session, id)
+          if not fok then
+            ok, failed = false, failed + 1
+            complain("gc: ", name, ": session ", id, ": ", tostring(ferr))
+          end
+        end
       end
+      if ok then owner.forget_session(s) end
     end
   end
   if not o["dry-run"] then

@@ -194,13 +194,15 @@ function M.end_session()
   local s = session
   session = nil
   local base = sessions_dir() .. "/" .. s.id
-  os.remove(base .. ".jsonl")
   s.journal:close()
   local providers = require "sbx.providers"
+  local all = true
   for _, name in ipairs(providers.names) do
     local p = providers.get(name)
-    if p.forget_session then pcall(p.forget_session, s.id) end
+    if p.forget_session and not pcall(p.forget_session, s.id) then all = false end
   end
+  -- a cgroup still busy: the journal stays, so `sbxlua gc` finishes the job
+  if all then os.remove(base .. ".jsonl") end
   os.remove(base .. ".lock")
   s.lock:unlock()
 end

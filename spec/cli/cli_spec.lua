@@ -358,6 +358,22 @@ describe("sbxlua CLI", function()
     assert.is_nil(io.open(sessions .. "/" .. id .. ".jsonl"))     -- forgotten
   end)
 
+  it("a session whose cgroup could not be removed at exit stays for gc to finish", function()
+    local job = write_job("busy.lua", [[
+      local sb = sbx.sandbox("local")
+      require("sbx.backends.local").forget_session = function() error("cgroup busy", 0) end
+      print(require("sbx.owner").lock_path())
+    ]])
+    local r = sbxlua({ job })
+    assert.equal(0, r.exit_code, r.stderr)
+    local journal = r.stdout:gsub("%.lock\n$", ".jsonl")
+    assert.is_truthy(io.open(journal))                 -- kept: the session is not done
+    r = sbxlua({ "gc" })
+    assert.equal(0, r.exit_code, r.stderr)
+    assert.matches("from 1 dead sessions", r.stdout)
+    assert.is_nil(io.open(journal))
+  end)
+
   it("gc without a Docker engine checks the other backends and says what it skipped", function()
     local r = sbxlua({ "gc" }, { env = { "DOCKER_HOST=unix://" .. STATE .. "/no-engine.sock" } })
     assert.equal(0, r.exit_code, r.stderr)

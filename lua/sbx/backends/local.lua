@@ -150,7 +150,14 @@ function M.list_owned() return owner.sandbox_dirs("local") end
 function M.forget_session(session)
   os.remove(sandboxes_dir(session))
   local base = M.containment()
-  if base then cgroup.remove(base .. "/" .. session) end
+  if base then    -- each try waits up to 2 s for dying members; then say so
+    local ok, err
+    for _ = 1, 3 do
+      ok, err = cgroup.remove(base .. "/" .. session)
+      if ok then return end
+    end
+    fail(err, "EBUSY", "gc")
+  end
 end
 
 -- ------------------------------------------------------------- commands

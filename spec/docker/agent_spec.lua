@@ -85,6 +85,18 @@ describe("docker agent", function()
     assert.equal(404, status)
   end)
 
+  it("out of memory, the kernel kills a command, never the agent or the container", function()
+    local sb <close> = sbx.sandbox("docker", { image = IMAGE, memory_mb = 64 })
+    assert.equal("up\n", sb:execute_command("echo up").stdout)
+    local link = sb._h.link
+    local r = sb:execute_command("for i in $(seq 1 900); do sleep 30 & done; wait", nil, { timeout = 10 })
+    assert.is_true(r.signal == "SIGKILL" or r.timed_out, "not killed: exit " .. tostring(r.exit_code))
+    r = sb:execute_command("python3", { "-c", "b = bytearray(200 << 20); print('allocated')" })
+    assert.equal("SIGKILL", r.signal)
+    assert.equal("ok\n", sb:execute_command("echo ok").stdout)
+    assert.equal(link, sb._h.link)                 -- the same agent, the same stream
+  end)
+
   it("streams output chunks as they come", function()
     local sb <close> = sbx.sandbox("docker", { image = IMAGE })
     local seen, times = {}, {}

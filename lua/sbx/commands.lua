@@ -250,6 +250,19 @@ function M.gc(args)
       end
     end
   end
+  -- what backends keep beyond sessions (docker: other builds' agent volumes)
+  local pruned = 0
+  for _, name in ipairs(providers.names) do
+    local p = providers.get(name)
+    if p.prune then
+      local ok, n = pcall(p.prune, o["dry-run"])
+      if ok then pruned = pruned + n
+      elseif not errors.is(n, "BackendNotInstalledError") then   -- said above
+        failed = failed + 1
+        complain("gc: ", name, ": ", tostring(n))
+      end
+    end
+  end
   if not o["dry-run"] and failed == 0 then
     -- the journal goes last: a session whose cgroup or directory is still
     -- busy stays known, and the next gc tries again
@@ -270,7 +283,8 @@ function M.gc(args)
   end
   if not o["dry-run"] then
     say(string.format("gc: destroyed %d sandboxes from %d dead sessions%s%s\n", removed, sessions,
-      images > 0 and string.format(", removed %d unfinished snapshot images", images) or "",
+      (images > 0 and string.format(", removed %d unfinished snapshot images", images) or "")
+        .. (pruned > 0 and string.format(", removed %d agent volumes of other builds", pruned) or ""),
       failed > 0 and string.format(", %d failed", failed) or ""))
   end
   return failed > 0 and 1 or 0

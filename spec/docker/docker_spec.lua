@@ -20,8 +20,10 @@ if not ok then
   return
 end
 
-local function engine(method, path)
-  local r = assert(http.request{ url = "http://docker/v1.41" .. path, unix_socket = SOCK, method = method })
+local function engine(method, path, body)
+  local r = assert(http.request{ url = "http://docker/v1.41" .. path, unix_socket = SOCK, method = method,
+                                 body = body and json.encode(body),
+                                 headers = body and { ["Content-Type"] = "application/json" } or nil })
   return r.status, json.decode(r.body ~= "" and r.body or "null")
 end
 
@@ -194,6 +196,39 @@ describe("docker backend", function()
     assert.equal(200, (engine("GET", "/images/" .. kept .. "/json")))   -- finished: the user's
     engine("DELETE", "/images/" .. kept .. "?force=true")
     fs.rmtree(STATE)
+  end)
+
+  it("fills its agent volume again when it was removed meanwhile (docker volume prune)", function()
+    local prefix = docker.VOLUME_PREFIX
+    docker.VOLUME_PREFIX = "sbxlua-agentspec-" .. proc.random_hex(4) .. "-"
+    local ok, err = pcall(function()
+      local a = sbx.sandbox("docker", { image = IMAGE })
+      local vol = docker.VOLUME_PREFIX .. require("sbx.agentlink").hash(require "sbx.agentbin")
+      assert.equal("a\n", a:execute_command("echo a").stdout)
+      a:destroy()
+      assert.equal(204, (engine("DELETE", "/volumes/" .. vol)))
+      local b <close> = sbx.sandbox("docker", { image = IMAGE })
+      assert.equal("b\n", b:execute_command("echo b").stdout)
+      b:destroy()
+      engine("DELETE", "/volumes/" .. vol)
+    end)
+    docker.VOLUME_PREFIX = prefix
+    assert(ok, err)
+  end)
+
+  it("gc removes agent volumes of other builds that no container uses, never this build's", function()
+    local other = "sbxlua-agent-" .. proc.random_hex(6)
+    local sb <close> = sbx.sandbox("docker", { image = IMAGE })       -- this build's volume is in use
+    local mine = "sbxlua-agent-" .. require("sbx.agentlink").hash(require "sbx.agentbin")
+    assert.equal(201, (engine("POST", "/volumes/create", { Name = other, Labels = { ["sbxlua.agent"] = "1" } })))
+    local r = sbxlua({ "gc", "--dry-run" }):wait()
+    assert.matches("would remove docker volume " .. other:gsub("%p", "%%%0"), r.stdout)
+    assert.is_nil(r.stdout:find(mine, 1, true))
+    r = sbxlua({ "gc" }):wait()
+    assert.equal(0, r.exit_code, r.stderr)
+    assert.matches("agent volumes of other builds", r.stdout)
+    assert.equal(404, (engine("GET", "/volumes/" .. other)))
+    assert.equal(200, (engine("GET", "/volumes/" .. mine)))
   end)
 
   it("gc removes the containers of a SIGKILLed sbxlua, and only those", function()

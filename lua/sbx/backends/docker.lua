@@ -254,10 +254,21 @@ end
 ---The volume holding this build's sbx-agent, filled through a helper
 ---container (created, never started) on first use; returns the volume's
 ---name and the agent's path inside containers.
+M.VOLUME_PREFIX = "sbxlua-agent-"
+local function agent_volume_name() return M.VOLUME_PREFIX .. agent_hash(require "sbx.agentbin") end
+
 local function ensure_agent_volume(image)
-  if agent_volume then return agent_volume, M.agent_path end
+  if agent_volume then
+    -- still there? (`docker volume prune`, or gc of another build, may have
+    -- removed it; a container would then get an empty one and no agent)
+    if agent_volume == agent_volume_name()
+       and call("GET", "/volumes/" .. q(agent_volume), { op = "create" }).status == 200 then
+      return agent_volume, M.agent_path
+    end
+    agent_volume = nil
+  end
   local blob = require "sbx.agentbin"
-  local name = "sbxlua-agent-" .. agent_hash(blob)
+  local name = agent_volume_name()
   api("POST", "/volumes/create", { 201, 200 }, { op = "create", kind = "SandboxCreationError",
       body = { Name = name, Labels = { ["sbxlua.agent"] = "1" } } })
   local res = api("POST", "/containers/create", { 201 }, { op = "create", kind = "SandboxCreationError",
@@ -436,6 +447,29 @@ function M.snapshot(h)
   local res = api("POST", "/commit?container=" .. q(h.cid) .. "&repo=sbxlua-snapshot&tag=" .. q(tag)
                   .. "&pause=true", { 201 }, { op = "snapshot", body = { Labels = labels }, timeout = 600 })
   return { snapshot_id = field(res, "Id", "string", { op = "snapshot" }) }
+end
+
+---Agent volumes of other sbxlua builds that no container uses (each build
+---fills its own; they were never removed). A process of another build
+---still running notices at its next create and fills its volume again.
+---@return integer removed (or, with dry_run, that would be)
+function M.prune(dry_run)
+  local filters = json.encode{ label = { "sbxlua.agent" }, dangling = { "true" } }
+  local res = api("GET", "/volumes?filters=" .. q(filters), { 200 }, { op = "gc" })
+  local mine, n = agent_volume_name(), 0
+  local list = type(res.json) == "table" and type(res.json.Volumes) == "table" and res.json.Volumes or {}
+  for _, v in ipairs(list) do
+    local name = type(v) == "table" and type(v.Name) == "string" and v.Name or nil
+    if name and name ~= mine and name:match("^sbxlua%-agent%-%x+$") then
+      if dry_run then
+        io.stdout:write("would remove docker volume ", name, " (the agent of another sbxlua build)\n")
+        n = n + 1
+      elseif api("DELETE", "/volumes/" .. q(name), { 204, 404, 409 }, { op = "gc" }).status == 204 then
+        n = n + 1             -- 409: a container took it meanwhile
+      end
+    end
+  end
+  return n
 end
 
 ---Remove the snapshot images of dead session `session` that it never

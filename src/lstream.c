@@ -4,8 +4,11 @@
 ** upgrade (Docker's attach/exec with stdin), and later the framed protocol
 ** of sbx-agent.
 */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -345,10 +348,43 @@ static int stream_accept(lua_State *L) {
   return accept_k(L, LUA_OK, (lua_KContext)s);
 }
 
-/* stream.listen{unix=PATH} -> listening Stream | nil, msg, code */
+/* Listen on TCP host:port (port 0: any free one); pushes the port. */
+static int listen_tcp(lua_State *L, const char *host, int port) {
+  struct sockaddr_in in;
+  memset(&in, 0, sizeof in);
+  in.sin_family = AF_INET;
+  in.sin_port = htons((uint16_t)port);
+  if (inet_pton(AF_INET, host, &in.sin_addr) != 1)
+    return sbx_fail(L, "listen", "host must be an IPv4 address", "EINVAL");
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return sbx_fail_errno(L, "listen", host, errno);
+  stream *s = new_stream(L, fd);
+  int one = 1;
+  socklen_t len = sizeof in;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (bind(fd, (struct sockaddr *)&in, sizeof in) < 0 || listen(fd, 128) < 0 ||
+      getsockname(fd, (struct sockaddr *)&in, &len) < 0) {
+    int e = errno;
+    stream_release(s);
+    return sbx_fail_errno(L, "listen", host, e);
+  }
+  lua_pushinteger(L, ntohs(in.sin_port));
+  return 2;
+}
+
+/* stream.listen{unix=PATH} -> listening Stream | nil, msg, code
+** stream.listen{host=IPV4, port=N} -> listening Stream, port | nil, msg, code */
 static int stream_listen(lua_State *L) {
   struct sockaddr_un un;
   luaL_checktype(L, 1, LUA_TTABLE);
+  lua_getfield(L, 1, "host");
+  const char *host = luaL_optstring(L, -1, NULL);
+  lua_getfield(L, 1, "port");
+  lua_Integer port = luaL_optinteger(L, -1, 0);
+  if (host) {
+    luaL_argcheck(L, port >= 0 && port <= 65535, 1, "port must be 0..65535");
+    return listen_tcp(L, host, (int)port);
+  }
   lua_getfield(L, 1, "unix");
   const char *path = luaL_checkstring(L, -1);
   luaL_argcheck(L, strlen(path) < sizeof un.sun_path, 1, "unix path too long");

@@ -21,10 +21,12 @@ end
 
 local dir = assert(fs.mkdtemp("/tmp", "sbxoutage"))
 
--- A unix-socket relay to the engine; cut() drops every connection and stops
--- listening, which is what a stopped daemon looks like to a client.
+-- A relay to the engine, on a unix socket (`path`) or on loopback TCP (a
+-- table of listen options: the engine as a remote one looks); cut() drops
+-- every connection and stops listening, which is what a stopped daemon
+-- looks like to a client. Returns cut and, for TCP, the port.
 local function relay(path)
-  local l = assert(stream.listen{ unix = path })
+  local l, port = assert(stream.listen(type(path) == "table" and path or { unix = path }))
   local conns, stopped = {}, false
   local function pipe(a, b)
     while true do
@@ -47,9 +49,9 @@ local function relay(path)
   return function()
     stopped = true
     l:close()
-    os.remove(path)
+    if type(path) == "string" then os.remove(path) end
     for _, c in ipairs(conns) do c:close() end
-  end
+  end, port
 end
 
 local function job(code, sock)
@@ -57,7 +59,7 @@ local function job(code, sock)
   local f = io.open(path, "w") f:write(code) f:close()
   return assert(proc.spawn{ argv = { BIN, path }, stream = true, timeout = 120,
     env = { "PATH=/usr/bin:/bin", "HOME=" .. dir, "SBX_STATE_DIR=" .. dir .. "/state",
-            "DOCKER_HOST=unix://" .. sock, "SBX_TEST_IMAGE=" .. IMAGE } })
+            "DOCKER_HOST=" .. (sock:match("^tcp://") and sock or ("unix://" .. sock)), "SBX_TEST_IMAGE=" .. IMAGE } })
 end
 
 local function wait_for(p, pattern)
@@ -100,6 +102,23 @@ describe("docker outage", function()
     for _, c in ipairs(json.decode(res.body)) do
       assert.not_equal(dir .. "/state", (c.Labels["sbxlua.lock"] or ""):match("^(.*)/sessions/"))
     end
+  end)
+
+  it("works with an engine reached over TCP: create, the agent's stream, files, stdin, destroy", function()
+    local cut, port = relay{ host = "127.0.0.1", port = 0 }
+    local r = job([[
+      local sb = sbx.sandbox("docker", { image = os.getenv("SBX_TEST_IMAGE") })
+      sb:write_file("a.txt", "over tcp")
+      local p = sb:spawn("cat", {})
+      p:write("fed")
+      p:close_stdin()
+      print(sb:execute_command("cat a.txt").stdout, p:wait().stdout,
+            sb._h.link and "agent" or ("engine: " .. tostring(sb._h.no_agent)))
+      sb:destroy()
+    ]], "tcp://127.0.0.1:" .. port):wait()
+    cut()
+    assert.equal(0, r.exit_code, r.stderr)
+    assert.equal("over tcp\tfed\tagent\n", r.stdout)
   end)
 
   it("an engine that is gone before create is BackendNotInstalledError at once", function()

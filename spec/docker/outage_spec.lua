@@ -71,6 +71,18 @@ local function wait_for(p, pattern)
   end
 end
 
+-- No container of the state directory `state` is left (a gc running
+-- elsewhere at the same time may have taken it first: that is fine too).
+local function no_container_of(state)
+  local filters = http.escape(json.encode{ label = { "sbxlua.host" } })
+  local res = assert(http.request{ url = "http://docker/v1.41/containers/json?all=true&filters=" .. filters,
+                                   unix_socket = "/var/run/docker.sock" })
+  for _, c in ipairs(json.decode(res.body)) do
+    if (c.Labels["sbxlua.lock"] or ""):match("^(.*)/sessions/") == state then return false end
+  end
+  return true
+end
+
 describe("docker outage", function()
   teardown(function() fs.rmtree(dir) end)
 
@@ -88,21 +100,49 @@ describe("docker outage", function()
     cut()
     local r = p:wait()
     assert.is_true(loop.now() - t0 < 30, "the job hung after the engine went away")
-    assert.equal(1, r.exit_code)
+    assert.equal(1, r.exit_code, r.stderr)
     assert.matches("SandboxExecutionError", r.stderr)
     -- the engine is back (the relay is gone, the real socket never was):
     -- gc from the same state directory removes what the job could not
     local g = assert(proc.spawn{ argv = { BIN, "gc" }, timeout = 120,
       env = { "PATH=/usr/bin:/bin", "HOME=" .. dir, "SBX_STATE_DIR=" .. dir .. "/state" } }):wait()
     assert.equal(0, g.exit_code, g.stderr)
-    -- (a gc running elsewhere at the same time may have taken it first)
-    local filters = http.escape(json.encode{ label = { "sbxlua.host" } })
-    local res = assert(http.request{ url = "http://docker/v1.41/containers/json?all=true&filters=" .. filters,
-                                     unix_socket = "/var/run/docker.sock" })
-    for _, c in ipairs(json.decode(res.body)) do
-      assert.not_equal(dir .. "/state", (c.Labels["sbxlua.lock"] or ""):match("^(.*)/sessions/"))
-    end
+    assert.is_true(no_container_of(dir .. "/state"), "a container of the job survived gc")
   end)
+
+  -- The engine going away while a create or a copy is in flight: a typed
+  -- error, no hang, and gc from the same state directory leaves nothing.
+  for _, case in ipairs{
+    { "create", [[
+      print("ready") io.stdout:flush()
+      for _ = 1, 50 do sbx.sandbox("docker", { image = os.getenv("SBX_TEST_IMAGE") }) end
+    ]], 0.3, "SandboxCreationError" },
+    { "copy", [[
+      local sb = sbx.sandbox("docker", { image = os.getenv("SBX_TEST_IMAGE") })
+      local big = string.rep("x", 8 << 20)
+      print("ready") io.stdout:flush()
+      for i = 1, 1000 do sb:write_file("big" .. i, big) assert(#sb:read_file("big" .. i) == #big) end
+    ]], 0.3, "SandboxExecutionError" },
+  } do
+    it("the engine vanishing during a " .. case[1] .. " gives a typed error, no hang, and gc cleans up", function()
+      local sock = dir .. "/engine-" .. case[1] .. ".sock"
+      local cut = relay(sock)
+      local p = job(case[2], sock)
+      wait_for(p, "ready\n")
+      loop.sleep(case[3])
+      local t0 = loop.now()
+      cut()
+      local r = p:wait()
+      assert.is_true(loop.now() - t0 < 30, "the job hung after the engine went away")
+      assert.equal(1, r.exit_code, r.stderr)
+      assert.matches(case[4], r.stderr)
+      assert.is_nil(r.stderr:find("attempt to", 1, true), r.stderr)      -- no untyped Lua error
+      local g = assert(proc.spawn{ argv = { BIN, "gc" }, timeout = 120,
+        env = { "PATH=/usr/bin:/bin", "HOME=" .. dir, "SBX_STATE_DIR=" .. dir .. "/state" } }):wait()
+      assert.equal(0, g.exit_code, g.stderr)
+      assert.is_true(no_container_of(dir .. "/state"))
+    end)
+  end
 
   it("works with an engine reached over TCP: create, the agent's stream, files, stdin, destroy", function()
     local cut, port = relay{ host = "127.0.0.1", port = 0 }

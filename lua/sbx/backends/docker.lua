@@ -137,10 +137,10 @@ local function call(method, path, o)
       { headers = headers, body = body, timeout = o.timeout, max_body = o.max_body, stream = o.stream })
     local again = attempt < tries and (not res or res.status >= 500 or res.status == 429)
     if not again then
-      if not res then
+      if not res then       -- a create that cannot reach the engine is a failed create
         conn = nil
-        fail("SandboxExecutionError", o.op .. ": " .. why_unreachable(ep, msg, code),
-             { op = o.op, retryable = true, code = code })
+        fail(o.op == "create" and "SandboxCreationError" or "SandboxExecutionError",
+             o.op .. ": " .. why_unreachable(ep, msg, code), { op = o.op, retryable = true, code = code })
       end
       return res
     end

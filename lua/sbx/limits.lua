@@ -138,6 +138,23 @@ local function settings(c, v, want)
   return { { "cpu.cfs_period_us", tostring(M.CPU_PERIOD) }, { "cpu.cfs_quota_us", quota } }
 end
 
+-- The directory that limits sandbox `id` through controller `c`: its v2
+-- cgroup (the controller enabled for it), or a v1 group of its own, whose
+-- cgroup.procs goes on `join`. nil and why on failure.
+local function group(c, how, session, id, cg, join)
+  if how.v == 2 then
+    local ok, err = put(cg:match("^(.*)/[^/]+$") .. "/cgroup.subtree_control", "+" .. c)
+    if not ok then return nil, "cannot enable " .. c .. " for the session: " .. err end
+    return cg
+  end
+  local dir = how.dir .. "/" .. session .. "/" .. id
+  if not (cgroup.create(how.dir .. "/" .. session) and cgroup.create(dir)) then
+    return nil, "cannot create " .. dir
+  end
+  join[#join + 1] = dir .. "/cgroup.procs"
+  return dir
+end
+
 ---Set `want` ({ pids=, memory_mb=, cpu= }, each optional) on sandbox `id`
 ---of `session`, whose v2 cgroup is `cg`.
 ---@return table|nil { join = { cgroup.procs paths } }, or nil and why
@@ -147,24 +164,13 @@ function M.apply(session, id, cg, want)
     local key = c == "memory" and "memory_mb" or c
     local how = want[key] and M.controllers()[c]
     if want[key] and not how then return nil, "no " .. c .. " controller" end
-    if how then
-      local dir = cg
-      if how.v == 2 then
-        local ok, err = put(cg:match("^(.*)/[^/]+$") .. "/cgroup.subtree_control", "+" .. c)
-        if not ok then return nil, "cannot enable " .. c .. " for the session: " .. err end
-      else
-        dir = how.dir .. "/" .. session .. "/" .. id
-        if not (cgroup.create(how.dir .. "/" .. session) and cgroup.create(dir)) then
-          return nil, "cannot create " .. dir
-        end
-        out.join[#out.join + 1] = dir .. "/cgroup.procs"
-      end
-      for _, s in ipairs(settings(c, how.v, want)) do
-        local path = dir .. "/" .. s[1]
-        if not (s.optional and not exists(path)) then
-          local ok, err = put(path, s[2])
-          if not ok then return nil, "cannot set " .. err end
-        end
+    local dir, err = how and group(c, how, session, id, cg, out.join)
+    if how and not dir then return nil, err end
+    for _, s in ipairs(how and settings(c, how.v, want) or {}) do
+      local path = dir .. "/" .. s[1]
+      if not (s.optional and not exists(path)) then
+        local ok, perr = put(path, s[2])
+        if not ok then return nil, "cannot set " .. perr end
       end
     end
   end

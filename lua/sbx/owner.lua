@@ -77,7 +77,8 @@ function M.session_id() return session and session.id end
 ---The start time of process `pid` (clock ticks after boot), and whether it
 ---has exited (a zombie); nil when there is no such process.
 function M.process_start(pid)
-  local s = fs.read_host("/proc/" .. math.tointeger(pid) .. "/stat", 4096)
+  pid = math.tointeger(pid)
+  local s = pid and pid > 0 and fs.read_host("/proc/" .. pid .. "/stat", 4096)
   local rest = s and s:match("%) (.*)$")          -- the fields after (comm)
   if not rest then return nil end
   local state, i = rest:sub(1, 1), 2
@@ -93,7 +94,7 @@ end
 -- the kill took such a session for live. Sessions of other hosts (their
 -- pids mean nothing here) and journals without a pid: the lock decides.
 local function owner_running(e)
-  if not e or not e.pid or e.host ~= M.hostname() then return true end
+  if not e or not math.tointeger(e.pid) or e.host ~= M.hostname() then return true end
   local start, zombie = M.process_start(e.pid)
   if not start or zombie then return false end
   return e.pid_start == nil or e.pid_start == start
@@ -245,7 +246,6 @@ local function read_journal(path)
     if type(e) == "table" then
       if e.event == "session" then
         info.host, info.pid, info.started, info.event = e.host, e.pid, e.started, e
-
       elseif e.event == "create" and e.id then
         info.sandboxes[e.id] = e
         info.order[#info.order + 1] = e.id

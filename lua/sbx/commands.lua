@@ -3,7 +3,6 @@
 local sbx = require "sbx"
 local owner = require "sbx.owner"
 local providers = require "sbx.providers"
-local errors = require "sbx.errors"
 
 local M = {}
 
@@ -161,133 +160,10 @@ end
 
 -- --------------------------------------------------------------------- gc
 
--- What a backend holds on this host. A backend that cannot be asked (no
--- Docker engine running) holds nothing gc could remove now: say so, go on.
-local function owned_by(name, p)
-  if not p.list_owned then return {} end
-  local ok, list = pcall(p.list_owned)
-  if ok then return list end
-  if not errors.is(list, "BackendNotInstalledError") then error(list, 0) end
-  complain("gc: ", name, " not checked: ", list.message)
-  return {}
-end
-
 function M.gc(args)
   local o, err = parse(args, { ["all-sessions"] = "bool", ["dry-run"] = "bool" }, "gc")
   if not o then complain(err) return 2 end
-  local host = owner.hostname()
-  local removed, failed, sessions = 0, 0, 0
-  local dead = {}
-  for _, s in ipairs(owner.sessions()) do
-    if not s.live and (o["all-sessions"] or s.host == nil or s.host == host) then
-      dead[s.id] = s
-    end
-  end
-  -- The provider's own list is trusted over the journal: anything on disk
-  -- that belongs to a session which is not alive goes too.
-  local live_sessions, journaled = {}, {}
-  for _, s in ipairs(owner.sessions()) do if s.live then live_sessions[s.id] = true end end
-  for _, s in pairs(dead) do
-    for _, e in ipairs(s.sandboxes) do journaled[e.id] = true end
-  end
-  local extra, listed = {}, {}
-  for _, name in ipairs(providers.names) do
-    local p = providers.get(name)
-    for _, r in ipairs(owned_by(name, p)) do
-      if r.id then listed[name .. "/" .. r.id] = r end
-      if not live_sessions[r.session] and not owner.session_alive(r.session, r.lock)
-         and not journaled[r.id] then
-        extra[#extra + 1] = { provider = p, entry = { id = r.id, session = r.session,
-                              backend = name, dir = r.dir, container = r.container,
-                              state = { dir = r.dir, own = true, container = r.container } } }
-      end
-    end
-  end
-  local function reap(p, e, s)
-    if o["dry-run"] then
-      say("would destroy ", e.backend, " ", e.id, " (session ", e.session or "?", ")\n")
-      return
-    end
-    local ok, rerr = pcall(p.reap, e)
-    if ok then
-      removed = removed + 1
-      if s then owner.journal_destroyed(s, e.id) end
-    else
-      failed = failed + 1
-      complain("gc: ", e.id, ": ", tostring(rerr))
-    end
-  end
-  for _, s in pairs(dead) do
-    sessions = sessions + 1
-    for _, e in ipairs(s.sandboxes) do
-      -- killed between "create" and "ready": the journal knows the id, the
-      -- backend's listing knows where it is
-      local r = listed[(e.backend or "") .. "/" .. e.id]
-      if r and not e.state then
-        e.state = { dir = r.dir, own = r.dir ~= nil, container = r.container }
-      end
-      local ok, p = pcall(providers.get, e.backend)
-      if ok then reap(p, e, s) end
-    end
-  end
-  for _, x in ipairs(extra) do reap(x.provider, x.entry, nil) end
-  -- snapshots a dead session started and never heard back about
-  local images = 0
-  for _, s in pairs(dead) do
-    local sn = s.snapshots
-    local done = 0
-    for _ in pairs(sn.kept) do done = done + 1 end
-    if sn.started > done then
-      for _, name in ipairs(providers.names) do
-        local p = providers.get(name)
-        if p.reap_snapshots then
-          local ok, n = pcall(p.reap_snapshots, s.id, sn.kept, o["dry-run"])
-          if ok then images = images + n else
-            failed = failed + 1
-            complain("gc: ", name, " snapshots of ", s.id, ": ", tostring(n))
-          end
-        end
-      end
-    end
-  end
-  -- what backends keep beyond sessions (docker: other builds' agent volumes)
-  local pruned = 0
-  for _, name in ipairs(providers.names) do
-    local p = providers.get(name)
-    if p.prune then
-      local ok, n = pcall(p.prune, o["dry-run"])
-      if ok then pruned = pruned + n
-      elseif not errors.is(n, "BackendNotInstalledError") then   -- said above
-        failed = failed + 1
-        complain("gc: ", name, ": ", tostring(n))
-      end
-    end
-  end
-  if not o["dry-run"] and failed == 0 then
-    -- the journal goes last: a session whose cgroup or directory is still
-    -- busy stays known, and the next gc tries again
-    for id, s in pairs(dead) do
-      local ok = true
-      for _, name in ipairs(providers.names) do
-        local p = providers.get(name)
-        if p.forget_session then
-          local fok, ferr = pcall(p.forget_session, id)
-          if not fok then
-            ok, failed = false, failed + 1
-            complain("gc: ", name, ": session ", id, ": ", tostring(ferr))
-          end
-        end
-      end
-      if ok then owner.forget_session(s) end
-    end
-  end
-  if not o["dry-run"] then
-    say(string.format("gc: destroyed %d sandboxes from %d dead sessions%s%s\n", removed, sessions,
-      (images > 0 and string.format(", removed %d unfinished snapshot images", images) or "")
-        .. (pruned > 0 and string.format(", removed %d agent volumes of other builds", pruned) or ""),
-      failed > 0 and string.format(", %d failed", failed) or ""))
-  end
-  return failed > 0 and 1 or 0
+  return require("sbx.gc").run{ all_sessions = o["all-sessions"], dry_run = o["dry-run"] }
 end
 
 -- ----------------------------------------------------------------- doctor

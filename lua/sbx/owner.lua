@@ -202,8 +202,9 @@ function M.end_session()
     local p = providers.get(name)
     if p.forget_session and not pcall(p.forget_session, s.id) then all = false end
   end
-  -- a cgroup still busy: the journal stays, so `sbxlua gc` finishes the job
-  if all then os.remove(base .. ".jsonl") end
+  -- a cgroup still busy, or a destroy that failed (M.unfinished): the
+  -- journal stays, so `sbxlua gc` finishes the job
+  if all and not M.unfinished then os.remove(base .. ".jsonl") end
   os.remove(base .. ".lock")
   s.lock:unlock()
 end

@@ -354,7 +354,11 @@ function Sandbox:destroy()
   if self._ttl then self._ttl:cancel() end
   owner.remove(self.id)
   if self._on_destroy then pcall(self._on_destroy, self) end   -- a warm pool's bookkeeping
-  self._p.destroy(h)
+  local ok, err = pcall(self._p.destroy, h)
+  if not ok then        -- something of it may be left: the journal stays for gc
+    owner.unfinished = true
+    error(err, 0)
+  end
   if self._journaled then owner.record{ event = "destroy", id = self.id } end
 end
 

@@ -374,6 +374,27 @@ describe("sbxlua CLI", function()
     assert.is_nil(io.open(journal))
   end)
 
+  it("a sandbox whose destroy failed stays in the journal for gc", function()
+    local job = write_job("destroyfail.lua", [[
+      local sb = sbx.sandbox("local")
+      local backend = require "sbx.backends.local"
+      local destroy = backend.destroy
+      backend.destroy = function() error("rmtree: Device or resource busy", 0) end
+      print(sb.workdir)
+      print(pcall(sb.destroy, sb))
+      backend.destroy = destroy
+    ]])
+    local r = sbxlua({ job })
+    assert.equal(0, r.exit_code, r.stderr)
+    local dir = r.stdout:match("^([^\n]+)")
+    assert.matches("false\trmtree: Device or resource busy", r.stdout)
+    assert.is_not_nil(fs.open_root(dir))               -- left behind, but known
+    r = sbxlua({ "gc" })
+    assert.equal(0, r.exit_code, r.stderr)
+    assert.matches("destroyed 1 sandboxes from 1 dead sessions", r.stdout)
+    assert.is_nil(fs.open_root(dir))
+  end)
+
   it("gc without a Docker engine checks the other backends and says what it skipped", function()
     local r = sbxlua({ "gc" }, { env = { "DOCKER_HOST=unix://" .. STATE .. "/no-engine.sock" } })
     assert.equal(0, r.exit_code, r.stderr)

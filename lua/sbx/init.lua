@@ -39,6 +39,9 @@ local function validate(opts)
   for _, k in ipairs{ "timeout_secs", "command_timeout_secs" } do
     if opts[k] and not (opts[k] > 0) then check.bad("sandbox", k .. " must be > 0 seconds") end
   end
+  for _, k in ipairs{ "cpu", "memory_mb" } do
+    if opts[k] and not (opts[k] > 0) then check.bad("sandbox", k .. " must be > 0, got " .. opts[k]) end
+  end
   if opts.preset ~= nil then opts.preset = presets.resolve(opts) end   -- unknown: ConfigError
   if opts.git_ref and not opts.git_repo then check.bad("sandbox", "git_ref needs git_repo") end
   return opts

@@ -41,6 +41,17 @@ describe("sbx.sandbox options", function()
     local sb <close> = sbx.sandbox("local", { allow_internet = true })
     assert.is_true(sb:is_alive())
   end)
+  it("rejects lifetimes and resources that are not > 0 on every backend, naming the option", function()
+    for _, o in ipairs{ { timeout_secs = 0 }, { command_timeout_secs = -1 }, { cpu = 0 },
+                        { memory_mb = -512 }, { cpu = 0 / 0 } } do
+      for _, b in ipairs{ "local", "docker", "bwrap" } do
+        local kind, err = kind_of(function() sbx.sandbox(b, o) end)
+        assert.equal("ConfigError", kind)
+        assert.matches((next(o)) .. " must be > 0", err.message)
+      end
+    end
+  end)
+
   it("errors are typed tables with a readable tostring and the hierarchy", function()
     local _, err = kind_of(function() sbx.sandbox("local", { cpu = 2 }) end)
     assert.matches("^FeatureNotSupportedError: ", tostring(err))

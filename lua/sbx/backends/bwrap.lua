@@ -411,10 +411,7 @@ end
 -- The cgroup limits of a new sandbox: its cpu and memory_mb, and pids.max
 -- wherever a pids controller is. Returns the v1 groups its processes join.
 local function set_limits(spec, cg)
-  local want = { cpu = spec.cpu, memory_mb = spec.memory_mb }
-  if want.cpu ~= nil and not (want.cpu > 0) then
-    fail("ConfigError", "cpu must be > 0, got " .. tostring(want.cpu), "create")
-  end
+  local want = { cpu = spec.cpu, memory_mb = spec.memory_mb }   -- > 0: checked by the facade
   if want.memory_mb ~= nil and not (want.memory_mb >= 16) then
     fail("ConfigError", "memory_mb must be >= 16, got " .. tostring(want.memory_mb), "create")
   end
@@ -498,8 +495,10 @@ end
 
 function M.destroy(h)
   if h.link then h.link:close() end
-  if h.cg then cgroup.remove(h.cg) end
-  if h.cg then limits.remove(h.session, h.id) end   -- v1 groups, now empty
+  if h.cg then
+    cgroup.remove(h.cg)
+    limits.remove(h.session, h.id)   -- v1 groups, now empty
+  end
   close_roots(h)
   if h.own then
     local ok, err = fs.rmtree(h.dir)

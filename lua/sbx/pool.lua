@@ -202,12 +202,8 @@ local function probe_idle(st)
     local ok, alive = pcall(e.sb.is_alive, e.sb)
     e.checked = loop.now()
     if not (ok and alive) and e.sb._pooled == "idle" and e.sb._h then   -- not taken meanwhile
-      for i, x in ipairs(st.idle) do
-        if x == e then table.remove(st.idle, i) break end
-      end
       st.dead = st.dead + 1
-      e.sb._pooled = nil
-      pcall(e.sb.destroy, e.sb)
+      pcall(e.sb.destroy, e.sb)     -- its destroy hook (forget) takes it out and refills
     end
   end
 end

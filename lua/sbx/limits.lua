@@ -78,15 +78,16 @@ end
 -- v2: the controllers our base may hand to its children, enabled in its
 -- subtree_control (asking its parent first when the parent has them).
 local function v2_controllers(base)
-  local have = words(read(base .. "/cgroup.controllers"))
   local parent = base:match("^(.*)/[^/]+$")
   local up = words(parent and read(parent .. "/cgroup.controllers"))
+  local have = words(read(base .. "/cgroup.controllers"))
+  for _, c in ipairs(M.CONTROLLERS) do
+    if not have[c] and up[c] then put(parent .. "/cgroup.subtree_control", "+" .. c) end
+  end
+  have = words(read(base .. "/cgroup.controllers"))   -- with what the parent gave
   local got = {}
   for _, c in ipairs(M.CONTROLLERS) do
-    if not have[c] and up[c] and parent then put(parent .. "/cgroup.subtree_control", "+" .. c) end
-    if have[c] or words(read(base .. "/cgroup.controllers"))[c] then
-      if put(base .. "/cgroup.subtree_control", "+" .. c) then got[c] = true end
-    end
+    if have[c] and put(base .. "/cgroup.subtree_control", "+" .. c) then got[c] = true end
   end
   return got
 end

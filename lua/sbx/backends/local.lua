@@ -140,7 +140,10 @@ function M.reap(entry)
   local own = st.own ~= false and dir ~= nil
               and dir:find(owner.state_dir() .. "/local/", 1, true) == 1
   if dir then kill_all(dir, cg, own) elseif cg then cgroup.remove(cg) end
-  if own then fs.rmtree(dir) end
+  if own then   -- reported, so gc keeps the session's journal and the next gc tries again
+    local ok, err = fs.rmtree(dir)
+    if not ok then fail(err, "EBUSY", "gc") end
+  end
 end
 
 ---Resources on disk, grouped by session (the provider's own list for gc).

@@ -12,7 +12,9 @@
 
 #include <stdint.h>
 
+#include "lauxlib.h"
 #include "lua.h"
+#include "lualib.h"
 
 #define LUACOV_SIZE 65536
 
@@ -28,6 +30,18 @@ static void luacov_hook(lua_State *L, lua_Debug *ar) {
   cur >>= 40;
   luacov_counters[(cur ^ luacov_prev) % LUACOV_SIZE]++;
   luacov_prev = cur >> 1;
+}
+
+/* A state with the standard libraries whose require finds the lua/sbx/
+** modules under dir (the source tree's lua/). */
+static inline lua_State *luacov_newstate(const char *dir) {
+  lua_State *L = luaL_newstate();
+  luaL_openlibs(L);
+  lua_getglobal(L, "package");
+  lua_pushfstring(L, "%s/?.lua", dir);
+  lua_setfield(L, -2, "path");
+  lua_pop(L, 1);
+  return L;
 }
 
 /* Start recording line transitions in L (and every coroutine it makes). */

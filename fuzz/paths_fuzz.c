@@ -166,12 +166,7 @@ static int is_kind(const char *kind) {
 }
 
 static void init_lua(void) {
-  L = luaL_newstate();
-  luaL_openlibs(L);
-  lua_getglobal(L, "package");
-  lua_pushstring(L, SBX_LUA_DIR "/?.lua");
-  lua_setfield(L, -2, "path");
-  lua_pop(L, 1);
+  L = luacov_newstate(SBX_LUA_DIR);
   lua_getglobal(L, "require");
   lua_pushliteral(L, "sbx.paths");
   if (lua_pcall(L, 1, 1, 0) != LUA_OK) {

@@ -115,12 +115,7 @@ static const char harness[] =
 static lua_State *L;
 
 static void init_lua(void) {
-  L = luaL_newstate();
-  luaL_openlibs(L);
-  lua_getglobal(L, "package");
-  lua_pushstring(L, SBX_LUA_DIR "/?.lua");
-  lua_setfield(L, -2, "path");
-  lua_pop(L, 1);
+  L = luacov_newstate(SBX_LUA_DIR);
   if (luaL_loadbuffer(L, harness, sizeof harness - 1, "=wire_harness") != LUA_OK ||
       lua_pcall(L, 0, 1, 0) != LUA_OK) {
     fprintf(stderr, "wire_fuzz: %s (SBX_LUA_DIR=%s)\n", lua_tostring(L, -1), SBX_LUA_DIR);

@@ -3,34 +3,10 @@ local loop = require "sbx.loop"
 
 local M = {}
 
-local USAGE = [[
-usage: sbxlua JOB.lua [ARGS...]        run a job script (ARGS in the global `arg`)
-       sbxlua -e 'LUA CODE'            run inline code
-       sbxlua exec [OPTIONS] -- CMD [ARGS...]
-                                       create a sandbox, run, stream output, destroy;
-                                       exit status = the command's; 124 on timeout
-          --backend B  --policy P  --image I  --need CAP  --timeout S
-          --env K=V  --file LOCAL:REMOTE  --preset NAME
-       sbxlua providers [--json|--matrix]   every provider: available? capabilities, price
-       sbxlua route [--need CAP] [--only B] [--ignore B] [--isolation I] [--max-price USD]
-                    [--region R] [--cpu N] [--memory-mb N] [--policy P] [--explain] [--json]
-                                       dry-run routing: the plan and why
-       sbxlua usage [--since T] [--by provider|label|job] [--json]   spend from the ledger
-       sbxlua policy check FILE | list load + self-check a policy without using it
-       sbxlua ls [--json]              live sandboxes this host owns
-       sbxlua gc [--all-sessions] [--dry-run]
-                                       destroy leftovers of dead sbxlua sessions
-       sbxlua doctor                   what works on this machine, and fixes
-       sbxlua selftest [--backend B] [--image I] [--json]
-                                       escape probes inside each isolating backend
-       sbxlua version | --help
+local cli_table = require "sbx.cli_table"
 
-options: --config FILE (before the command) instead of $SBX_CONFIG, ./sbx.yaml,
-$XDG_CONFIG_HOME/sbxlua/config.yaml
-
-environment: SBX_STATE_DIR (journal, sandboxes, ledger), SBX_CONFIG, SBX_POLICY_PATH,
-SBX_LUA_PATH (load lua/ from a source tree instead of the embedded copy)
-]]
+---The help text (of one subcommand, or of sbxlua): lua/sbx/cli_table.lua.
+M.help_text = cli_table.help_text
 
 local function die(msg, status)
   io.stderr:write("sbxlua: ", msg, "\n")
@@ -53,9 +29,38 @@ local function install_exit()
   return real
 end
 
----Run fn as the root task with signals wired to a clean shutdown.
+-- What to do about a typed error, by kind: the fix, said on the same line.
+local FIXES = {
+  NoRouteError = "see `sbxlua route --explain` with the same options",
+  BackendNotInstalledError = "see `sbxlua doctor`",
+  BudgetExceededError = "raise the budget or lower timeout_secs",
+  AuthenticationError = "check the provider's credentials (the variable its api_key_env names)",
+}
+
+---One line for a typed error that ended a subcommand (never a traceback of
+---sbxlua's own code); the status: 2 for a ConfigError (the user's
+---arguments or configuration), 1 for a failed operation.
+---@return string line, integer status
+function M.present(err)
+  local errors = require "sbx.errors"
+  local line = tostring(err):gsub("%s*\n%s*", "; ")
+  local fix = FIXES[err.kind]
+  if err.kind == "ConfigError" and err.file then
+    fix = "fix " .. err.file .. ", or name another file with --config FILE or $SBX_CONFIG"
+  end
+  if fix then line = line .. " (" .. fix .. ")" end
+  return line, errors.is(err, "ConfigError") and 2 or 1
+end
+
+local function is_typed(err)
+  return type(err) == "table" and getmetatable(err) == require("sbx.errors").Error
+end
+
+---Run fn as the root task with signals wired to a clean shutdown. A job's
+---error prints with its traceback; a subcommand's typed error (`command`)
+---prints as one line.
 ---@return integer status
-local function run_root(fn, ...)
+local function run_root(command, fn, ...)
   require "sbx"            -- typed errors for the C core
   local owner = require "sbx.owner"
   local real_exit = install_exit()
@@ -80,6 +85,10 @@ local function run_root(fn, ...)
   if not ok and not status then
     if getmetatable(err) == Exit then
       status = err.code
+    elseif command and is_typed(err) then
+      local line
+      line, status = M.present(err)
+      io.stderr:write("sbxlua: ", command, ": ", line, "\n")
     else
       local tb = root:traceback() or ""
       local msg = tostring(err)
@@ -96,13 +105,26 @@ end
 
 local function run_chunk(chunk, args)
   _G.sbx = require "sbx"
-  return run_root(function() return chunk(table.unpack(args, 1, args.n)) end)
+  return run_root(nil, function() return chunk(table.unpack(args, 1, args.n)) end)
+end
+
+local function closest_command(name)
+  local known = {}
+  for n in pairs(cli_table.by_name) do known[n] = true end
+  return require("sbx.check").suggest(name, known)
 end
 
 local function job(argv, i)
   local path = argv[i]
   local chunk, err = loadfile(path)
-  if not chunk then return die(err, 1) end
+  if not chunk then
+    -- `sbxlua provders`: a mistyped command, not a missing job file
+    local hint = not path:find("[/.]") and closest_command(path) or ""
+    if hint ~= "" then
+      return die("unknown command '" .. path .. "'" .. hint .. " (see sbxlua --help)", 2)
+    end
+    return die(err, 1)
+  end
   local a = { [0] = path, [-1] = argv[0] }
   for k = i + 1, #argv do a[k - i] = argv[k] end
   _G.arg = a
@@ -112,7 +134,7 @@ end
 
 local function inline(argv, i)
   local code = argv[i + 1]
-  if not code then return die("-e needs an argument") end
+  if not code then return die("-e needs an argument (sbxlua -e 'LUA CODE')") end
   local chunk, err = load(code, "=(command line)")
   if not chunk then return die(err, 1) end
   _G.arg = { [0] = "-e" }
@@ -122,28 +144,52 @@ end
 
 M.commands = {}
 
+local function version()
+  io.stdout:write("sbxlua ", require("sbx").version, " (", _VERSION, ")\n")
+  return 0
+end
+
 function M.main(argv)
-  if argv[1] == "--config" then
-    if not argv[2] then return die("--config needs a file") end
-    require("sbx.config").set_path(argv[2])
+  local cfg = argv[1] and argv[1]:match("^%-%-config=(.*)$")
+  if argv[1] == "--config" or cfg then
+    cfg = cfg or argv[2]
+    if not cfg or cfg == "" then return die("--config needs a file (sbxlua --config FILE COMMAND ...)") end
+    require("sbx.config").set_path(cfg)
     table.remove(argv, 1)
-    table.remove(argv, 1)
+    if argv[1] == cfg then table.remove(argv, 1) end
   end
   local first = argv[1]
-  if first == nil or first == "--help" or first == "-h" or first == "help" then
-    io.stdout:write(USAGE)
-    return first == nil and 2 or 0
+  if first == nil then
+    io.stderr:write(cli_table.help_text())
+    return 2
   end
-  if first == "version" or first == "--version" or first == "-v" then
-    io.stdout:write("sbxlua ", require("sbx").version, " (", _VERSION, ")\n")
+  if first == "--help" or first == "-h" or first == "help" then
+    if argv[2] and first == "help" then
+      local text, err = cli_table.help_text(argv[2])
+      if not text then return die(err .. closest_command(argv[2]) .. " (see sbxlua --help)") end
+      io.stdout:write(text)
+      return 0
+    end
+    io.stdout:write(cli_table.help_text())
     return 0
   end
+  if first == "--version" or first == "-v" then return version() end
   if first == "-e" then return inline(argv, 1) end
-  local cmd = M.commands[first] or require("sbx.commands")[first]
+  local entry = cli_table.by_name[first]
+  local cmd = M.commands[first] or (entry and (first == "version" and version or require("sbx.commands")[first]))
   if cmd then
     local rest = {}
     for k = 2, #argv do rest[#rest + 1] = argv[k] end
-    return run_root(function() return cmd(rest) end)
+    local opts, args = rest, nil
+    if entry then
+      opts, args = cli_table.parse(first, rest)
+      if not opts then return die(args, 2) end
+      if opts.help then
+        io.stdout:write(cli_table.help_text(first))
+        return 0
+      end
+    end
+    return run_root(first, function() return cmd(opts, args) end)
   end
   if first:sub(1, 1) == "-" then return die("unknown option " .. first .. " (see sbxlua --help)") end
   return job(argv, 1)

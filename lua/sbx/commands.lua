@@ -1,5 +1,6 @@
---- The sbxlua subcommands: exec, providers, ls, gc, doctor.
---- Each takes the remaining argv and returns an exit status.
+--- The sbxlua subcommands: providers, ls, gc, doctor (and the way to the
+--- others). Each takes the options and the positional arguments parsed
+--- against lua/sbx/cli_table.lua and returns an exit status.
 local sbx = require "sbx"
 local owner = require "sbx.owner"
 local providers = require "sbx.providers"
@@ -9,107 +10,24 @@ local M = {}
 local function say(...) io.stdout:write(...) end
 local function complain(...) io.stderr:write("sbxlua: ", ...) io.stderr:write("\n") end
 
--- Parse --flag / --flag VALUE options; `spec` maps names to "bool", "value" or "list".
-local function parse(args, spec, cmd)
-  local opts, rest, i = {}, {}, 1
-  while i <= #args do
-    local a = args[i]
-    if a == "--" then
-      for k = i + 1, #args do rest[#rest + 1] = args[k] end
-      break
-    end
-    local name, inline = a:match("^%-%-([%w%-]+)=(.*)$")
-    name = name or a:match("^%-%-([%w%-]+)$")
-    if not name then
-      rest[#rest + 1] = a
-    else
-      local kind = spec[name]
-      if not kind then return nil, "sbxlua " .. cmd .. ": unknown option --" .. name end
-      if kind == "bool" then
-        opts[name] = true
-      else
-        local v = inline
-        if v == nil then
-          i = i + 1
-          v = args[i]
-        end
-        if v == nil then return nil, "sbxlua " .. cmd .. ": --" .. name .. " needs a value" end
-        if kind == "list" then
-          opts[name] = opts[name] or {}
-          table.insert(opts[name], v)
-        else
-          opts[name] = v
-        end
-      end
-    end
-    i = i + 1
-  end
-  return opts, rest
-end
-
--- ------------------------------------------------------------------- exec
-
-local SIGNUM = { SIGHUP = 1, SIGINT = 2, SIGQUIT = 3, SIGILL = 4, SIGABRT = 6, SIGFPE = 8,
-                 SIGKILL = 9, SIGSEGV = 11, SIGPIPE = 13, SIGALRM = 14, SIGTERM = 15 }
-
-function M.exec(args)
-  local o, rest = parse(args, { backend = "value", policy = "value", image = "value",
-    need = "list", timeout = "value", env = "list", file = "list", preset = "value" }, "exec")
-  if not o then complain(rest) return 2 end
-  if #rest == 0 then complain("exec: no command given (sbxlua exec [OPTIONS] -- CMD [ARGS...])") return 2 end
-  local opts = { backend = o.backend, policy = o.policy, image = o.image, needs = o.need,
-                 preset = o.preset, env_vars = {} }
-  for _, kv in ipairs(o.env or {}) do
-    local k, v = kv:match("^([^=]+)=(.*)$")
-    if not k then complain("exec: --env expects K=V, got ", kv) return 2 end
-    opts.env_vars[k] = v
-  end
-  local timeout = o.timeout and tonumber(o.timeout)
-  if o.timeout and not (timeout and timeout > 0) then
-    complain("exec: --timeout expects seconds > 0, got ", o.timeout) return 2
-  end
-  local sb <close> = sbx.sandbox(opts)
-  for _, spec in ipairs(o.file or {}) do
-    local from, to = spec:match("^(.-):(.+)$")
-    if not from then complain("exec: --file expects LOCAL:REMOTE, got ", spec) return 2 end
-    sb:upload_file(from, to)
-  end
-  local cmd_args = #rest > 1 and { table.unpack(rest, 2) } or nil
-  local r = sb:execute_command(rest[1], cmd_args, {
-    timeout = timeout,
-    on_stdout = function(c) io.stdout:write(c) io.stdout:flush() end,
-    on_stderr = function(c) io.stderr:write(c) io.stderr:flush() end,
-  })
-  if r.timed_out then
-    complain("exec: the command timed out after ", tostring(timeout or 600), " s; its process tree was killed")
-    return 124
-  end
-  if r.truncated then complain("exec: output beyond the cap was dropped") end
-  if r.signal then return 128 + (SIGNUM[r.signal] or 0) end
-  return r.exit_code
-end
+-- exec: lua/sbx/commands_exec.lua
+function M.exec(o, rest) return require("sbx.commands_exec").exec(o, rest) end
 
 -- -------------------------------------------------------------- providers
 
-local function sorted_names(t)
-  local names = {}
-  for k in pairs(t) do names[#names + 1] = k end
-  table.sort(names)
-  return names
-end
+local request = require "sbx.commands_request"
+local ALL_CAPS = request.CAPABILITIES
 
-local ALL_CAPS = { "exec", "files", "streaming", "background", "resume", "snapshot",
-                   "network", "gpu" }
-
-function M.providers(args)
-  local o, err = parse(args, { json = "bool", matrix = "bool" }, "providers")
-  if not o then complain(err) return 2 end
+function M.providers(o)
   local all = providers.describe()
   local names = {}
   for _, n in ipairs(providers.names) do names[#names + 1] = n end
   for _, n in ipairs(providers.planned) do names[#names + 1] = n end
   if o.json then
-    say(sbx.json.encode(all), "\n")
+    for _, d in pairs(all) do
+      d.capabilities, d.regions = d.capabilities or {}, d.regions or {}
+    end
+    say(request.json(all, { capabilities = true, regions = true }), "\n")
   elseif o.matrix then
     -- capabilities only: what a backend can do, not whether this machine has it
     say("| backend | isolation | ", table.concat(ALL_CAPS, " | "), " |\n")
@@ -135,9 +53,7 @@ end
 
 -- --------------------------------------------------------------------- ls
 
-function M.ls(args)
-  local o, err = parse(args, { json = "bool" }, "ls")
-  if not o then complain(err) return 2 end
+function M.ls(o)
   local rows = {}
   for _, s in ipairs(owner.sessions()) do
     for _, e in ipairs(s.sandboxes) do
@@ -148,7 +64,11 @@ function M.ls(args)
   end
   table.sort(rows, function(a, b) return (a.created or 0) < (b.created or 0) end)
   if o.json then
-    say(sbx.json.encode(rows), "\n")
+    say(request.json(rows, nil, true), "\n")
+    return 0
+  end
+  if #rows == 0 then
+    say("no sandboxes: nothing to do\n")
     return 0
   end
   for _, r in ipairs(rows) do
@@ -160,17 +80,13 @@ end
 
 -- --------------------------------------------------------------------- gc
 
-function M.gc(args)
-  local o, err = parse(args, { ["all-sessions"] = "bool", ["dry-run"] = "bool" }, "gc")
-  if not o then complain(err) return 2 end
+function M.gc(o)
   return require("sbx.gc").run{ all_sessions = o["all-sessions"], dry_run = o["dry-run"] }
 end
 
 -- ----------------------------------------------------------------- doctor
 
-function M.doctor(args)
-  local o, err = parse(args, {}, "doctor")
-  if not o then complain(err) return 2 end
+function M.doctor()
   local problems = 0
   local function line(ok, what, detail, fix)
     say(ok and "ok    " or "warn  ", what, detail and (": " .. detail) or "", "\n")
@@ -178,6 +94,15 @@ function M.doctor(args)
     if not ok then problems = problems + 1 end
   end
   say("sbxlua ", sbx.version, " (", _VERSION, ")\n")
+  -- The configuration: a broken one is reported, and the checks below run
+  -- with the built-in defaults instead.
+  local config = require "sbx.config"
+  local path = config.locate()
+  local cok, cerr = pcall(config.get)
+  if not cok then config.use(config.EMPTY) end
+  line(cok, "configuration", cok and (path or "none (built-in defaults)")
+         or (tostring(type(cerr) == "table" and cerr.message or cerr) .. "; the checks below use the built-in defaults"),
+       "fix " .. tostring(path) .. ", or name another file with --config FILE or $SBX_CONFIG")
   local dir = owner.state_dir()
   local fs = require "sbx.fs"
   local probe = dir .. "/.doctor-probe"
@@ -219,11 +144,11 @@ function M.doctor(args)
 end
 
 -- selftest: lua/sbx/selftest.lua
-function M.selftest(args) return require("sbx.selftest").main(args, parse) end
+function M.selftest(o) return require("sbx.selftest").main(o) end
 
 -- route, usage, policy: lua/sbx/commands_routing.lua
 for _, name in ipairs{ "route", "usage", "policy" } do
-  M[name] = function(args) return require("sbx.commands_routing")[name](args, parse) end
+  M[name] = function(o, rest) return require("sbx.commands_routing")[name](o, rest) end
 end
 
 return M

@@ -1,53 +1,61 @@
 --- The routing, usage and policy subcommands (API.md, "Running"):
 --- sbxlua route, sbxlua usage, sbxlua policy check.
 local sbx = require "sbx"
-local errors = require "sbx.errors"
+local request = require "sbx.commands_request"
 
 local M = {}
 
 local function say(...) io.stdout:write(...) end
 local function complain(...) io.stderr:write("sbxlua: ", ...) io.stderr:write("\n") end
+local function usage(cmd, ...)
+  complain(cmd, ": ", ...)
+  return 2
+end
 
 local function fmt_ms(x) return x and string.format("%.0f ms", x) or "-" end
 
 -- --------------------------------------------------------------- route
 
-local ROUTE_OPTS = { policy = "value", need = "list", only = "list", ignore = "list",
-                     isolation = "value", ["max-price"] = "value", region = "value", cpu = "value",
-                     ["memory-mb"] = "value", image = "value", timeout = "value",
-                     explain = "bool", json = "bool" }
+-- What the routing stats are: this process's, empty in a fresh one; the
+-- decision log has what earlier processes decided.
+local function stats_note(r)
+  for _, c in ipairs(r.candidates) do
+    if (c.stats.samples or 0) > 0 then return nil end
+  end
+  return "(stats are this process's own and empty in a fresh `sbxlua route`; earlier decisions are in "
+         .. require("sbx.owner").state_dir() .. "/decisions.jsonl)"
+end
 
-function M.route(args, parse)
-  local o, rest = parse(args, ROUTE_OPTS, "route")
-  if not o then complain(rest) return 2 end
-  if #rest > 0 then complain("route: unexpected argument ", rest[1]) return 2 end
-  local req = { policy = o.policy, needs = o.need, only = o.only, ignore = o.ignore,
-                isolation = o.isolation, region = o.region, image = o.image }
-  for flag, key in pairs{ ["max-price"] = "max_price", cpu = "cpu", ["memory-mb"] = "memory_mb",
-                          timeout = "timeout_secs" } do
-    if o[flag] then
-      local n = tonumber(o[flag])
-      if not n then complain("route: --", flag, " expects a number, got ", o[flag]) return 2 end
-      req[key] = n
-    end
-  end
-  local ok, r = pcall(sbx.route, req)
-  if not ok then
-    if errors.is(r, "SandboxError") then complain(tostring(r)) return 1 end
-    error(r, 0)
-  end
+-- The policy that ordered the plan: the named one, or the default when
+-- the named one failed (the warning went to stderr once already).
+local function policy_used(r)
+  if r.policy_error then return "default", " instead of '" .. tostring(r.policy) .. "', which failed" end
+  return r.policy, ""
+end
+
+function M.route(o)
+  local req, err = request.options(o)
+  if not req then return usage("route", err) end
+  local t
+  t, err = request.seconds(o, "timeout")
+  if not t then return usage("route", err) end
+  if o.timeout then req.timeout_secs = t end
+  local r = sbx.route(req)
   if o.json then
-    say(sbx.json.encode{ order = r.order, reasons = r.reasons, plan = r.plan, policy = r.policy,
-                         policy_error = r.policy_error, candidates = r.candidates, request = r.request }, "\n")
+    say(request.json({ order = r.order, reasons = r.reasons, plan = r.plan, policy = r.policy,
+                       policy_used = (policy_used(r)), policy_error = r.policy_error,
+                       candidates = r.candidates, request = r.request },
+                     { order = true, candidates = true, capabilities = true, regions = true, needs = true,
+                       only = true, ignore = true }), "\n")
     return #r.order > 0 and 0 or 1
   end
   if #r.order == 0 then
-    say("no route: no backend can take this request\n")
+    say("no route: no backend can take this request", o.explain and "" or " (--explain says why)", "\n")
   else
     say("order: ", table.concat(r.order, ", "), "\n")
-    say("policy: ", r.policy, r.plan and r.plan.reason and (" (" .. r.plan.reason .. ")") or "", "\n")
+    local name, instead = policy_used(r)
+    say("policy: ", name, r.plan and r.plan.reason and (" (" .. r.plan.reason .. ")") or "", instead, "\n")
   end
-  if r.policy_error then say("warning: ", r.policy_error, "\n") end
   if o.explain then
     local by = {}
     for _, c in ipairs(r.candidates) do by[c.name] = c end
@@ -72,21 +80,16 @@ function M.route(args, parse)
         say(string.format("  -  %-11s skipped  %s\n", n, r.reasons[n]))
       end
     end
+    local note = stats_note(r)
+    if note then say(note, "\n") end
   end
   return #r.order > 0 and 0 or 1
 end
 
 -- --------------------------------------------------------------- usage
 
-function M.usage(args, parse)
-  local o, rest = parse(args, { since = "value", by = "value", json = "bool" }, "usage")
-  if not o then complain(rest) return 2 end
-  if #rest > 0 then complain("usage: unexpected argument ", rest[1]) return 2 end
-  local ok, u = pcall(sbx.usage, { by = o.by, since = o.since })
-  if not ok then
-    if errors.is(u, "SandboxError") then complain(tostring(u)) return 2 end
-    error(u, 0)
-  end
+function M.usage(o)
+  local u = sbx.usage{ by = o.by, since = o.since }
   if o.json then
     say(sbx.json.encode(u), "\n")
     return 0
@@ -107,9 +110,7 @@ end
 
 -- -------------------------------------------------------------- policy
 
-function M.policy(args, parse)
-  local o, rest = parse(args, {}, "policy")
-  if not o then complain(rest) return 2 end
+function M.policy(_, rest)
   local policy = require "sbx.policy"
   if rest[1] == "check" and rest[2] and not rest[3] then
     local ok, name = policy.check(rest[2])
@@ -117,7 +118,12 @@ function M.policy(args, parse)
       complain("policy check: ", tostring(name))
       return 1
     end
-    say("ok: policy '", tostring(name), "' in ", rest[2], " loads and passes the self-check\n")
+    if name == nil then
+      say("ok: the policy in ", rest[2], " loads and passes the self-check; it has no `name`",
+          " (add name = \"...\" to say in logs and warnings which policy decided)\n")
+    else
+      say("ok: policy '", tostring(name), "' in ", rest[2], " loads and passes the self-check\n")
+    end
     return 0
   elseif rest[1] == "list" and not rest[2] then
     say("built-in: ", table.concat(policy.builtins(), ", "), "\n")
@@ -125,8 +131,7 @@ function M.policy(args, parse)
     say("search path: ", #path > 0 and table.concat(path, ":") or "(none)", "\n")
     return 0
   end
-  complain("usage: sbxlua policy check FILE | sbxlua policy list")
-  return 2
+  return usage("policy", "expected `check FILE` or `list` (see sbxlua policy --help)")
 end
 
 return M

@@ -72,6 +72,7 @@ end
 
 function Run:reap(p, e, s)
   if self.dry then
+    self.would = self.would + 1
     say("would destroy ", e.backend, " ", e.id, " (session ", e.session or "?", ")\n")
     return
   end
@@ -149,20 +150,27 @@ function Run:report()
   local also = (self.images > 0 and string.format(", removed %d unfinished snapshot images", self.images) or "")
     .. (self.pruned > 0 and string.format(", removed %d agent volumes of other builds", self.pruned) or "")
     .. (self.failed > 0 and string.format(", %d failed", self.failed) or "")
+  if self.removed + self.sessions + self.images + self.pruned + self.failed == 0 then
+    say("gc: nothing to do (no dead sessions, no leftovers)\n")
+    return
+  end
   say(string.format("gc: destroyed %d sandboxes from %d dead sessions%s\n", self.removed, self.sessions, also))
 end
 
 ---Run gc. opts: all_sessions, dry_run. Returns the exit code (1: something failed).
 function M.run(opts)
   local r = setmetatable({ all = opts.all_sessions, dry = opts.dry_run, removed = 0, failed = 0,
-                           sessions = 0, images = 0, pruned = 0 }, Run)
+                           sessions = 0, images = 0, pruned = 0, would = 0 }, Run)
   r:find_sessions()
   r:find_unjournaled()
   r:reap_sandboxes()
   r:reap_snapshots()
   r:prune()
   if not r.dry and r.failed == 0 then r:forget_sessions() end
-  if not r.dry then r:report() end
+  if not r.dry then r:report()
+  elseif r.would + r.sessions + r.images + r.pruned + r.failed == 0 then
+    say("gc --dry-run: nothing to do (no dead sessions, no leftovers)\n")
+  end
   return r.failed > 0 and 1 or 0
 end
 

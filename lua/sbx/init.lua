@@ -143,8 +143,9 @@ end
 ---Spend from the ledger, grouped: sbx.usage{ by = "provider"|"label"|"job", since = "24h" }
 function sbx.usage(o) return require("sbx.meter").usage(o) end
 
----Cap this job's spend in dollars (nil: no cap); returns what is left.
-function sbx.budget(usd) return require("sbx.meter").set_budget(usd) end
+---Cap this job's spend in dollars (nil or false: no cap); returns what is
+---left. sbx.budget() only returns what is left.
+function sbx.budget(...) return require("sbx.meter").budget(...) end
 
 ---Use a config file (nil: the lookup order of API.md); returns the effective config.
 function sbx.config(path) return require("sbx.config").use(path) end

@@ -52,13 +52,21 @@ end
 local budget            -- dollars, or nil
 local spent, reserved = 0, 0
 
----sbx.budget(usd): cap this job's spend; nil removes the cap.
+---sbx.budget(usd): cap this job's spend; nil or false removes the cap.
 function M.set_budget(usd)
+  if usd == false then usd = nil end
   if usd ~= nil and (type(usd) ~= "number" or usd ~= usd or usd < 0) then
     errors.raise("ConfigError", "budget: expected dollars >= 0, got " .. tostring(usd), { op = "budget" })
   end
   budget = usd
   return M.left()
+end
+
+---sbx.budget(...): with no argument, what is left (the cap unchanged);
+---with one, set_budget. select('#') tells budget() from budget(nil).
+function M.budget(...)
+  if select("#", ...) == 0 then return M.left() end
+  return M.set_budget((...))
 end
 
 ---Dollars left (math.huge without a budget).
@@ -145,7 +153,12 @@ function M.since(s, now)
     return now - tonumber(n) * mult
   end
   local y, mo, d = tostring(s):match("^(%d%d%d%d)-(%d%d)-(%d%d)$")
-  if y then return os.time{ year = tonumber(y), month = tonumber(mo), day = tonumber(d), hour = 0 } end
+  if y then
+    local t = os.time{ year = tonumber(y), month = tonumber(mo), day = tonumber(d), hour = 0 }
+    -- os.time normalizes 2026-13-45 to a real date: a date must survive the round trip
+    if os.date("%Y-%m-%d", t) == s then return t end
+    errors.raise("ConfigError", "usage: --since " .. s .. " is not a date (YYYY-MM-DD)", { op = "usage" })
+  end
   errors.raise("ConfigError", "usage: --since expects 24h, 30m, 7d, an epoch or YYYY-MM-DD, got '"
                .. tostring(s) .. "'", { op = "usage" })
 end

@@ -16,7 +16,12 @@ M.LIMITS = { memory = 8 * 1024 * 1024, instructions = 1000000, millis = 250 }
 M.MAX_SOURCE = 256 * 1024
 
 local cache = {}          -- key -> { name, key, file, sig, script, fn, error }
-M.warn = function(msg) io.stderr:write("sbxlua: ", msg, "\n") end
+local warned = {}          -- a warning is said once per process
+M.warn = function(msg)
+  if warned[msg] then return end
+  warned[msg] = true
+  io.stderr:write("sbxlua: ", msg, "\n")
+end
 
 -- -------------------------------------------------------------- plans
 

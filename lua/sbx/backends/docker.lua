@@ -184,6 +184,19 @@ end
 
 function M.home() return M.WORKDIR end
 
+---The image of a create that names none: sbx.yaml's docker.image, else
+---$SBX_DOCKER_IMAGE, else python:3.12-slim.
+function M.default_image()
+  return M.image or os.getenv("SBX_DOCKER_IMAGE") or "python:3.12-slim"
+end
+
+---Is `image` on this engine? true | false | nil, why (no engine).
+function M.has_image(image)
+  local ok, res = pcall(call, "GET", "/images/" .. q(image) .. "/json", { op = "doctor", timeout = 10 })
+  if not ok then return nil, type(res) == "table" and res.message or tostring(res) end
+  return res.status == 200
+end
+
 -- "agent" (one sbx-agent stream per container) or "engine" (the fallback).
 M.exec_mode = nil
 local function mode()
@@ -196,13 +209,22 @@ function M.doctor()
   out[1] = { ok = ok, what = "engine", detail = ok and (ep.host .. ", API " .. ep.prefix:sub(3))
              or (type(ep) == "table" and ep.message or tostring(ep)),
              fix = "apt-get install docker.io and start dockerd (or set DOCKER_HOST)" }
+  if ok then
+    local image = M.default_image()
+    local has = M.has_image(image)
+    out[#out + 1] = { ok = has == true, what = "default image",
+      detail = image .. (has and " is present locally"
+               or " is not present locally: a create without an image pulls it from its registry"),
+      fix = "docker pull " .. image .. ", or name an image you have in sbx.yaml (docker.image), "
+            .. "$SBX_DOCKER_IMAGE or --image" }
+  end
   local m = mode()
-  out[2] = { what = "exec path", detail = m == "engine"
+  out[#out + 1] = { what = "exec path", detail = m == "engine"
     and "engine exec per command (SBX_DOCKER_EXEC=engine): about 100 ms a command"
     or ("one sbx-agent stream per container (protocol " .. require("sbx.wire").VERSION
         .. "); the engine's exec is the fallback for a container where the agent cannot start") }
   if M.fallback then
-    out[3] = { ok = false, what = "fallback used", detail = M.fallback,
+    out[#out + 1] = { ok = false, what = "fallback used", detail = M.fallback,
                fix = "check that the image can run a static x86_64/aarch64 program from /.sbx/bin" }
   end
   return out
@@ -343,7 +365,7 @@ local open_into     -- below, with the agent link
 ---@param spec table id, session, ttl, labels, image, cpu, memory_mb, allow_internet, snapshot_id, backend_options
 function M.create(spec)
   connect()
-  local image = spec.snapshot_id or spec.image or M.image or os.getenv("SBX_DOCKER_IMAGE") or "python:3.12-slim"
+  local image = spec.snapshot_id or spec.image or M.default_image()
   local res0 = call("GET", "/images/" .. q(image) .. "/json", { op = "create", timeout = 30 })
   if res0.status == 404 and spec.snapshot_id then
     fail("SandboxCreationError", "snapshot '" .. spec.snapshot_id .. "' does not exist on this engine", { op = "create" })

@@ -196,13 +196,14 @@ describe("using a config", function()
     local p = assert(proc.spawn{ argv = { BIN, "--config", bad, "route" },
                                  env = { "PATH=/usr/bin:/bin", "HOME=" .. DIR, "SBX_STATE_DIR=" .. DIR }, timeout = 30 })
     local r = p:wait()
-    assert.equal(1, r.exit_code)
+    assert.equal(2, r.exit_code)        -- a ConfigError is the user's to fix: a usage error
     assert.matches("bad.yaml:3:5: unknown key 'colour'", r.stderr)
+    assert.not_matches("traceback", r.stderr)
     p = assert(proc.spawn{ argv = { BIN, "route", "--explain" },
                            env = { "PATH=/usr/bin:/bin", "HOME=" .. DIR, "SBX_STATE_DIR=" .. DIR, "SBX_CONFIG=" .. bad },
                            timeout = 30 })
     r = p:wait()
-    assert.equal(1, r.exit_code)
+    assert.equal(2, r.exit_code)
     assert.matches("colour", r.stderr)
   end)
 end)

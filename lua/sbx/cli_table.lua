@@ -109,7 +109,8 @@ M.ENV = {
     .. "~/.local/state/sbxlua)" },
   { "SBX_POLICY_PATH", "directories searched for policy files first (colon-separated)" },
   { "SBX_PRESET_PATH", "directories searched for preset files first (colon-separated)" },
-  { "SBX_PROVIDER_PATH", "directories searched for provider scripts first (colon-separated)" },
+  { "SBX_PROVIDER_PATH", "directories searched for provider scripts first (colon-separated; this build "
+    .. "has no Lua provider scripts yet, so nothing is loaded from them)" },
   { "DOCKER_HOST", "the Docker engine: unix:///path or tcp://host:port (default unix:///var/run/docker.sock)" },
   { "SBX_DOCKER_IMAGE", "docker's default image when neither the request nor sbx.yaml names one" },
   { "SBX_JOB", "the job name recorded in the ledger (default: the script's path)" },
@@ -133,12 +134,26 @@ local function synopsis(c)
   return s
 end
 
+M.WIDTH = 100
+
+-- "  NAME  text", the text wrapped at M.WIDTH under itself.
+local function columns(out, indent, w, name, text)
+  local lead = string.format("%s%-" .. w .. "s  ", indent, name)
+  local line = lead
+  for word in text:gmatch("%S+") do
+    if #line + #word >= M.WIDTH and #line > #lead then
+      out[#out + 1] = (line:gsub("%s+$", ""))
+      line = string.rep(" ", #lead)
+    end
+    line = line .. word .. " "
+  end
+  out[#out + 1] = (line:gsub("%s+$", ""))
+end
+
 local function option_lines(out, options, indent)
   local w = 0
   for _, o in ipairs(options) do w = math.max(w, #flag(o)) end
-  for _, o in ipairs(options) do
-    out[#out + 1] = string.format("%s%-" .. w .. "s  %s", indent, flag(o), o.help)
-  end
+  for _, o in ipairs(options) do columns(out, indent, w, flag(o), o.help) end
 end
 
 ---The help text: of one command (its synopsis, options, notes), or of
@@ -183,7 +198,7 @@ function M.help_text(name)
   out[#out + 1] = "environment:"
   local w = 0
   for _, e in ipairs(M.ENV) do w = math.max(w, #e[1]) end
-  for _, e in ipairs(M.ENV) do out[#out + 1] = string.format("  %-" .. w .. "s  %s", e[1], e[2]) end
+  for _, e in ipairs(M.ENV) do columns(out, "  ", w, e[1], e[2]) end
   out[#out + 1] = ""
   out[#out + 1] = "Exit status: 2 for a usage error (unknown option, missing or malformed argument,"
   out[#out + 1] = "unknown name), 1 for a failed job or operation; exec: the command's status."

@@ -5,6 +5,7 @@
 # base, Debian's mirror and the npm registry. Usage: build-presets.sh [NAME...]
 set -euo pipefail
 cd "$(dirname "$0")"
+. ./progress.sh
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=(codex claude-code)
 ca=/etc/ssl/certs/ca-certificates.crt
@@ -12,7 +13,9 @@ for n in "${names[@]}"; do
   ctx=$(mktemp -d)
   cp "$n/Dockerfile" "$ctx/"
   if [ -s "$ca" ]; then cp "$ca" "$ctx/extra-ca.crt"; else : > "$ctx/extra-ca.crt"; fi
-  echo "building sbxlua/$n:1"
-  docker build -q -t "sbxlua/$n:1" "$ctx" >/dev/null
+  step "building sbxlua/$n:1 (Debian's Node.js, the CLI from npm; minutes)"
+  status=0
+  with_progress "docker build sbxlua/$n:1" docker build -t "sbxlua/$n:1" "$ctx" || status=$?
   rm -rf "$ctx"
+  [ "$status" -eq 0 ] || exit "$status"
 done

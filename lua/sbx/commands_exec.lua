@@ -56,22 +56,21 @@ end
 -- sbxlua's stdin, read by a host `cat` of /proc/<sbxlua>/fd/0 whose output
 -- the loop reads in chunks (sbxlua never blocks on its own fd 0); each chunk
 -- goes to the command before the next is read, so nothing piles up.
-local function feed_stdin(p)
-  local reader = proc.spawn{ argv = { "cat", "/proc/" .. proc.getpid() .. "/fd/0" },
-                             env = { "PATH=/usr/bin:/bin" }, stream = true, max_output = 0 }
-  if not reader then p:close_stdin() return end
-  local ok = pcall(function()
-    while true do
+local function stdin_reader()
+  return proc.spawn{ argv = { "cat", "/proc/" .. proc.getpid() .. "/fd/0" },
+                     env = { "PATH=/usr/bin:/bin" }, stream = true, max_output = 0 }
+end
+
+local function feed_stdin(p, reader)
+  pcall(function()
+    while reader do
       local which, chunk = reader:read()
       if not which then break end
       if which == "stdout" then p:write(chunk)
       else io.stderr:write("sbxlua: exec -i: ", chunk) end
     end
   end)
-  reader:kill()
-  reader:close()
   pcall(p.close_stdin, p)
-  return ok
 end
 
 local function stream_out(c) io.stdout:write(c) io.stdout:flush() end
@@ -87,7 +86,10 @@ local function run(sb, rest, o, timeout)
   if not o.interactive then return sb:execute_command(rest[1], cmd_args, copts) end
   copts.timeout = timeout or 600
   local p = sb:spawn(rest[1], cmd_args, copts)
-  local feeder = loop.spawn(feed_stdin, p)
+  -- closed (its cat killed) however this ends: the command's exit, an
+  -- error, a signal cancelling the job
+  local reader <close> = stdin_reader()
+  local feeder = loop.spawn(feed_stdin, p, reader)
   local r = p:wait()
   feeder:cancel()
   feeder:join()
@@ -125,8 +127,9 @@ function M.exec(o, rest)
     error(r, 0)
   end
   if o.json then
-    io.stdout:write(sbx.json.encode{ stdout = r.stdout, stderr = r.stderr, exit_code = r.exit_code,
-      signal = r.signal, timed_out = r.timed_out, truncated = r.truncated, duration_ms = r.duration_ms,
+    local null = sbx.json.null   -- every key, always: one shape
+    io.stdout:write(sbx.json.encode{ stdout = r.stdout, stderr = r.stderr, exit_code = r.exit_code or null,
+      signal = r.signal or null, timed_out = r.timed_out, truncated = r.truncated, duration_ms = r.duration_ms,
       backend = sb.backend, id = sb.id }, "\n")
   end
   if r.timed_out then

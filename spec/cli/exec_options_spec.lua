@@ -56,6 +56,24 @@ describe("sbxlua exec options", function()
     p:close()
   end)
 
+  it("-i: SIGINT destroys the sandbox and leaves no reader of sbxlua's stdin behind", function()
+    local p = start({ "exec", "-i", "--", "sh", "-c", "echo started; sleep 60" })
+    expect(p, "started\n")
+    local pattern = "[c]at /proc/" .. p.pid .. "/fd/0"   -- [c]: not this pgrep's own shell
+    local function readers()
+      local f = io.popen("pgrep -f '" .. pattern .. "' || true")
+      local out = f:read("a")
+      f:close()
+      return out
+    end
+    assert.not_equal("", readers())          -- the reader runs while the command does
+    os.execute("kill -INT " .. p.pid)        -- sbxlua only, as a terminal's Ctrl-C would not spare it
+    local r = p:wait()
+    assert.equal(130, r.exit_code)
+    assert.equal("", readers())
+    p:close()
+  end)
+
   it("-i on bwrap and docker", function()
     for _, b in ipairs{ "bwrap", "docker" } do
       local ok = providers.get(b).available()

@@ -64,7 +64,7 @@ local function entry(e, i, op)
   if (e.ref ~= nil or e.depth ~= nil) and source ~= "git" then
     bad(op, i, "(dest '" .. dest .. "') ref and depth go with git only")
   end
-  if (source == "content" or source == "file") and (norm == "." or norm == "/") then
+  if (source == "content" or source == "file") and (norm == "." or norm == "/" or dest:sub(-1) == "/") then
     bad(op, i, "dest '" .. dest .. "' names a directory, not a file")
   end
   if source == "file" or source == "dir" then

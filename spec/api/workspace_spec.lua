@@ -53,6 +53,7 @@ describe("workspace", function()
       { "an option-like ref", { { dest = "a", git = dir .. "/src", ref = "--evil" } }, "ref must be" },
       { "an unknown field", { { dest = "a", content = "x", mode = 7 } }, "unknown option 'mode'" },
       { "content into the working directory itself", { { dest = ".", content = "x" } }, "names a directory" },
+      { "a file into a path ending in /", { { dest = "d/", file = dir .. "/tool.sh" } }, "names a directory" },
       { "a non-table entry", { "a.txt" }, "must be a table" },
     }
     for _, c in ipairs(cases) do

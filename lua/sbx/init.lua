@@ -9,6 +9,7 @@ local tasks = require "sbx.tasks"
 local router = require "sbx.router"
 local presets = require "sbx.presets"
 local pool = require "sbx.pool"   -- also lets routing take warm sandboxes from open pools
+local workspace = require "sbx.workspace"
 
 loop.set_error_factory(errors.new)
 
@@ -30,6 +31,7 @@ local OPTIONS = {
   command_timeout_secs = "number", image = "string", template = "string", env_vars = "map",
   allow_internet = "boolean", snapshot_id = "string", workdir = "string", files = "map",
   git_repo = "string", git_ref = "string", labels = "map", backend_options = "table",
+  workspace = "list",
 }
 local function validate(opts)
   opts = check.options(opts, OPTIONS, "sandbox")
@@ -44,32 +46,20 @@ local function validate(opts)
   end
   if opts.preset ~= nil then opts.preset = presets.resolve(opts) end   -- unknown: ConfigError
   if opts.git_ref and not opts.git_repo then check.bad("sandbox", "git_ref needs git_repo") end
+  workspace.from_options(opts)   -- bad entries, blank dests, missing host paths: ConfigError now
   return opts
 end
 
--- clone -> files -> preset setup (API.md order); a failure destroys the sandbox.
+-- git_repo -> files -> workspace -> preset setup (API.md order); a failure
+-- destroys the sandbox.
 local function prepare(sb, opts, setup)
-  if opts.git_repo then
-    local name = opts.git_repo:gsub("/+$", ""):match("([^/:]+)$"):gsub("%.git$", "")
-    local args = { "clone", "--depth", "1", "--quiet" }
-    if opts.git_ref then args[#args + 1] = "--branch"; args[#args + 1] = opts.git_ref end
-    args[#args + 1] = opts.git_repo
-    args[#args + 1] = name
-    local ok, r = pcall(sb.execute_command, sb, "git", args)
-    if not ok then error("git is not available in the sandbox (" .. tostring(r) .. ")", 0) end
-    if r.exit_code ~= 0 then
-      error("git clone " .. opts.git_repo .. " failed: " .. r.stderr .. r.stdout, 0)
-    end
-  end
-  local paths = {}
-  for p in pairs(opts.files or {}) do paths[#paths + 1] = p end
-  table.sort(paths)
-  for _, p in ipairs(paths) do sb:write_file(p, tostring(opts.files[p])) end
+  workspace.apply(sb, workspace.from_options(opts))
   for _, cmd in ipairs(setup) do
     local r = sb:execute_command(cmd, nil, { timeout = opts.command_timeout_secs or 1800 })
     if r.exit_code ~= 0 then
-      error("preset setup command failed (" .. (r.timed_out and "timed out" or r.signal
-            or ("exit " .. tostring(r.exit_code))) .. "): " .. cmd .. "\n" .. r.stdout .. r.stderr, 0)
+      errors.raise("WorkspaceError", "preset setup command failed (" .. (r.timed_out and "timed out" or r.signal
+            or ("exit " .. tostring(r.exit_code))) .. "): " .. cmd .. "\n" .. r.stdout .. r.stderr,
+        { backend = sb.backend, op = "create", context = { command = cmd, exit_code = r.exit_code, result = r } })
     end
   end
 end
@@ -110,8 +100,12 @@ local function create_on(name, opts, lease)
   if not pok then
     pcall(sb.destroy, sb)
     if errors.is(perr, "Cancelled") then error(perr, 0) end
+    if errors.is(perr, "WorkspaceError") then   -- the request's own: never retried elsewhere
+      perr.phase, perr.context.phase = "prepare", "prepare"
+      error(perr, 0)
+    end
     errors.raise("SandboxCreationError", "preparing the sandbox failed: " .. tostring(perr),
-                 { backend = name, op = "create", phase = "prepare" })
+                 { backend = name, op = "create", phase = "prepare", cause = perr })
   end
   return sb
 end

@@ -19,7 +19,7 @@ local COMMON = {
   backend = true, policy = true, needs = true, only = true, ignore = true, isolation = true,
   max_price = true, region = true, preset = true, timeout_secs = true,
   command_timeout_secs = true, env_vars = true, files = true, git_repo = true,
-  git_ref = true, labels = true,
+  git_ref = true, labels = true, workspace = true,
 }
 
 -- Options the backend must honour itself; allow_internet counts only when false.
@@ -362,9 +362,16 @@ local TERMINAL = { ConfigError = true, FeatureNotSupportedError = true, PathErro
 ---over, do not trip a breaker), "request" (this backend cannot take this
 ---request: fail over, no breaker), "capacity" (429/quota: fail over, counts
 ---toward the 429 rate and the breaker), "unavailable", "retryable".
+-- Kinds that say which class they are (API.md "Errors"): a lost or slow
+-- link is worth another backend and counts toward the breaker.
+local BY_KIND = { RateLimitError = "capacity", QuotaExceededError = "capacity",
+                  SandboxConnectionError = "retryable", SandboxTimeoutError = "retryable",
+                  AuthenticationError = "unavailable" }
+
 function M.classify(err)
   if type(err) ~= "table" or not err.kind then return "terminal" end
   if TERMINAL[err.kind] or err.phase == "prepare" then return "terminal" end
+  if BY_KIND[err.kind] then return BY_KIND[err.kind] end
   local msg = tostring(err.message)
   local status = tonumber(err.status) or tonumber(msg:match("HTTP (%d%d%d)"))
   if status == 429 or msg:lower():find("rate limit", 1, true) or msg:lower():find("quota", 1, true)

@@ -476,6 +476,13 @@ function M.resume(state)
   local root = fs.open_root(state.dir)
   if not root then fail("SandboxNotFoundError", "the sandbox directory " .. state.dir .. " is gone", "resume") end
   root:close()
+  if state.workdir then      -- its working directory is a host directory too (workdir =)
+    local wd = fs.open_root(state.workdir)
+    if not wd then
+      fail("SandboxNotFoundError", "the sandbox's working directory " .. state.workdir .. " is gone", "resume")
+    end
+    wd:close()
+  end
   return handle(state)
 end
 
@@ -644,8 +651,8 @@ function M.read_file(h, path, max)
   return call(h, t, "read_file", path, "read", max)
 end
 
-function M.write_file(h, path, data)
-  call(h, writable(h, path, "write_file", true), "write_file", path, "write", data)
+function M.write_file(h, path, data, mode)
+  call(h, writable(h, path, "write_file", true), "write_file", path, "write", data, mode)
 end
 
 function M.mkdir(h, path)

@@ -137,9 +137,10 @@ local function call(method, path, o)
       { headers = headers, body = body, timeout = o.timeout, max_body = o.max_body, stream = o.stream })
     local again = attempt < tries and (not res or res.status >= 500 or res.status == 429)
     if not again then
-      if not res then       -- a create that cannot reach the engine is a failed create
-        conn = nil
-        fail(o.op == "create" and "SandboxCreationError" or "SandboxExecutionError",
+      if not res then       -- the engine could not be reached (retryable: routing fails over),
+        conn = nil          -- or answered with something that is not HTTP (EPROTO)
+        fail(code == "ETIMEDOUT" and "SandboxTimeoutError" or code == "EPROTO" and "SandboxExecutionError"
+             or "SandboxConnectionError",
              o.op .. ": " .. why_unreachable(ep, msg, code), { op = o.op, retryable = true, code = code })
       end
       return res
@@ -569,7 +570,10 @@ function hijack(eid, op)
     local host, port = ep.base:match("^http://%[?([^%]/]-)%]?:(%d+)$")
     s, err, code = stream.connect{ host = host or ep.base:sub(8), port = port or "2375", timeout = 10 }
   end
-  if not s then fail("SandboxExecutionError", op .. ": " .. why_unreachable(ep, err, code), { op = op }) end
+  if not s then
+    fail(code == "ETIMEDOUT" and "SandboxTimeoutError" or "SandboxConnectionError",
+         op .. ": " .. why_unreachable(ep, err, code), { op = op, code = code })
+  end
   local body = '{"Detach":false,"Tty":false}'
   local ok, werr = s:write("POST " .. ep.prefix .. "/exec/" .. eid .. "/start HTTP/1.1\r\n"
     .. "Host: docker\r\nContent-Type: application/json\r\nConnection: Upgrade\r\n"
@@ -758,7 +762,7 @@ function Exec:_finish()
     self.status = { kind = kind, n = tonumber(n) }
   else
     self:_deliver(2, self.held)
-    self.status = { kind = "lost" }
+    self.status = { kind = "lost", broken = self.read_failed }   -- the engine's stream broke
   end
   self.held = ""
 end
@@ -771,7 +775,7 @@ function Exec:_pump()
   if not chunk or chunk == "" then chunk, msg = self.s:read() end
   if not chunk then
     self.eof = true
-    self.failure = msg
+    self.failure, self.read_failed = msg, msg ~= nil
     self.s:close()
     local ok, ferr = self.d:finish()
     if not ok and not msg then self.failure = ferr end
@@ -862,8 +866,9 @@ local function abs(path, op) return paths.resolve(M.WORKDIR, path, op) end
 -- A failed agent file operation as the typed error of the facade.
 local function file_error(op, p, errno, msg)
   local code = agentlink.ERRNO[errno]
-  if errno == 2 then fail("FileNotFoundError", op .. ": " .. p .. ": No such file or directory", { op = op }) end
-  if errno == 27 then fail("SandboxExecutionError", op .. ": " .. msg, { op = op, code = "ETOOBIG" }) end
+  if errno == agentlink.BROKEN then fail("SandboxConnectionError", op .. ": " .. tostring(msg), { op = op }) end
+  if errno == 2 then fail("FileNotFoundError", op .. ": " .. p .. ": No such file or directory", { op = op, errno = code }) end
+  if errno == 27 then fail("SandboxExecutionError", op .. ": " .. msg, { op = op, code = "ETOOBIG", errno = code }) end
   if errno == 20 or errno == 21 or errno == 39 or errno == 17 then
     fail("PathError", op .. ": " .. msg, { op = op, code = code })
   end
@@ -872,21 +877,22 @@ end
 
 local function dirname(p) return p:match("^(.*)/[^/]*$") end
 
-function M.write_file(h, path, data)
+function M.write_file(h, path, data, mode)
   local p = abs(path, "write_file")
+  mode = mode or tonumber("644", 8)
   if p == "/" then fail("PathError", "write_file: / is a directory", { op = "write_file" }) end
   local link = link_of(h)
   if link then
-    local ok, errno, msg = link:write_file(p, data, tonumber("644", 8))
+    local ok, errno, msg = link:write_file(p, data, mode)
     if not ok and errno == 2 then           -- like the archive path: parents are made
       local dok, derr, dmsg = link:mkdir(dirname(p))
       if not dok then file_error("write_file", p, derr, dmsg) end
-      ok, errno, msg = link:write_file(p, data, tonumber("644", 8))
+      ok, errno, msg = link:write_file(p, data, mode)
     end
     if not ok then file_error("write_file", p, errno, msg) end
     return
   end
-  local archive, err = tar.pack({ { path = p:sub(2), data = data, mode = tonumber("644", 8) } },
+  local archive, err = tar.pack({ { path = p:sub(2), data = data, mode = mode } },
                                 { parents = false })
   if not archive then fail("PathError", "write_file: " .. err, { op = "write_file" }) end
   api("PUT", "/containers/" .. q(h.cid) .. "/archive?path=/", { 200 },

@@ -15,21 +15,27 @@ usage: sbxlua JOB.lua [ARGS...]        run a job script (ARGS in the global `arg
        sbxlua route [--need CAP] [--only B] [--ignore B] [--isolation I] [--max-price USD]
                     [--region R] [--cpu N] [--memory-mb N] [--policy P] [--explain] [--json]
                                        dry-run routing: the plan and why
-       sbxlua usage [--since T] [--by provider|label|job] [--json]   spend from the ledger
+       sbxlua usage [--since T] [--by provider|label|job] [--format table|json|csv]
+                                       spend from the ledger (a chart per day on a terminal)
        sbxlua policy check FILE | list load + self-check a policy without using it
        sbxlua ls [--json]              live sandboxes this host owns
        sbxlua gc [--all-sessions] [--dry-run]
                                        destroy leftovers of dead sbxlua sessions
        sbxlua doctor                   what works on this machine, and fixes
+       sbxlua dashboard [--listen ADDR] [--allow-actions]
+                                       a local web page: live sandboxes, spend, routing, health
        sbxlua selftest [--backend B] [--image I] [--json]
                                        escape probes inside each isolating backend
        sbxlua version | --help
 
 options: --config FILE (before the command) instead of $SBX_CONFIG, ./sbx.yaml,
 $XDG_CONFIG_HOME/sbxlua/config.yaml
+         --progress=auto|tty|plain|off (after --config) live progress on stderr: a line
+redrawn in place on a terminal (auto), one line per stage (plain), none (off)
 
 environment: SBX_STATE_DIR (journal, sandboxes, ledger), SBX_CONFIG, SBX_POLICY_PATH,
-SBX_LUA_PATH (load lua/ from a source tree instead of the embedded copy)
+SBX_LUA_PATH (load lua/ from a source tree instead of the embedded copy),
+SBX_PROGRESS (0 or off, auto, plain, tty: as --progress, which wins)
 ]]
 
 local function die(msg, status)
@@ -127,6 +133,12 @@ function M.main(argv)
     if not argv[2] then return die("--config needs a file") end
     require("sbx.config").set_path(argv[2])
     table.remove(argv, 1)
+    table.remove(argv, 1)
+  end
+  local mode = argv[1] and argv[1]:match("^%-%-progress=(.*)$")
+  if mode then
+    local ok, err = require("sbx.progress").set_mode(mode)
+    if not ok then return die(err) end
     table.remove(argv, 1)
   end
   local first = argv[1]

@@ -221,9 +221,12 @@ end
 -- selftest: lua/sbx/selftest.lua
 function M.selftest(args) return require("sbx.selftest").main(args, parse) end
 
--- route, usage, policy: lua/sbx/commands_routing.lua
-for _, name in ipairs{ "route", "usage", "policy" } do
+-- route, policy: lua/sbx/commands_routing.lua
+for _, name in ipairs{ "route", "policy" } do
   M[name] = function(args) return require("sbx.commands_routing")[name](args, parse) end
 end
+
+function M.usage(args) return require("sbx.usage").main(args, parse) end          -- lua/sbx/usage.lua
+function M.dashboard(args) return require("sbx.dashboard").main(args, parse) end  -- lua/sbx/dashboard.lua
 
 return M

@@ -244,14 +244,17 @@ end
 local function pull(image)
   local repo, tag = image:match("^(.-):([^:/]+)$")
   repo, tag = repo or image, tag or "latest"
+  local stage <close> = require("sbx.progress").start("pull " .. repo .. ":" .. tag,
+                                                     function() return "pulling" end)
   local res = call("POST", "/images/create?fromImage=" .. q(repo) .. "&tag=" .. q(tag),
                    { op = "pull", timeout = 600, max_body = 16 * 1024 * 1024 })
-  if res.status ~= 200 then return false, message_of(res) end
-  for line in (res.body or ""):gmatch("[^\r\n]+") do
+  local err = res.status ~= 200 and message_of(res) or nil
+  for line in (not err and res.body or ""):gmatch("[^\r\n]+") do
     local ev = json.decode(line)
-    if type(ev) == "table" and ev.error then return false, tostring(ev.error) end
+    if type(ev) == "table" and ev.error then err = tostring(ev.error) break end
   end
-  return true
+  stage:done(err and "failed" or "pulled")
+  return err == nil, err
 end
 
 -- The agent reaches containers through a read-only volume filled once per

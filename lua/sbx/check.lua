@@ -114,7 +114,7 @@ function M.number(v, op, name, o)
   o = o or {}
   if type(v) ~= "number" then M.bad(op, name .. " must be a number, got " .. type(v)) end
   if v ~= v or v == math.huge or v == -math.huge then
-    M.bad(op, name .. " must be a finite number, got " .. tostring(v))
+    M.bad(op, name .. " must be a finite number, got " .. (v ~= v and "nan" or tostring(v)))
   end
   if o.integer then
     local i = math.tointeger(v)

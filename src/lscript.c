@@ -133,13 +133,14 @@ static int script_rep(lua_State *P) {
   size_t total = (size_t)n * l + (size_t)(n - 1) * lsep;
   luaL_Buffer b;
   char *out = luaL_buffinitsize(P, &b, total);   /* the cap refuses a huge one */
-  for (lua_Integer i = 0; i < n; i++) {
-    memcpy(out, str, l);
-    out += l;
-    if (i + 1 < n) {
-      memcpy(out, sep, lsep);
-      out += lsep;
-    }
+  /* one period (s .. sep), then the bytes so far doubled: log2(n) copies */
+  size_t done = l + lsep < total ? l + lsep : total;
+  memcpy(out, str, l < done ? l : done);
+  if (done > l) memcpy(out + l, sep, done - l);
+  while (done < total) {
+    size_t k = done < total - done ? done : total - done;
+    memcpy(out + done, out, k);
+    done += k;
   }
   luaL_pushresultsize(&b, total);
   return 1;

@@ -57,7 +57,10 @@ local function validate(opts)
   end
   check.env(opts.env_vars, "sandbox", "env_vars")
   check.labels(opts.labels, "sandbox", "labels")
-  for path in pairs(opts.files or {}) do check.text(path, "sandbox", "files key") end
+  for path, data in pairs(opts.files or {}) do
+    check.text(path, "sandbox", "files key")
+    if type(data) == "number" then check.number(data, "sandbox", "files['" .. path .. "']") end
+  end
   if opts.git_repo ~= nil then
     local repo = check.text(opts.git_repo, "sandbox", "git_repo")
     local name = repo:gsub("/+$", ""):match("([^/:]+)$")

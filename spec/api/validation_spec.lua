@@ -36,6 +36,7 @@ local BAD = {
   { { labels = { a = "x\0" } }, "labels.a" },
   { { files = { ["a\0b"] = "x" } }, "files key contains a NUL" },
   { { files = { [""] = "x" } }, "files key must not be empty" },
+  { { files = { a = 0 / 0 } }, "files['a'] must be a finite number" },
   { { git_repo = "-c" }, "git_repo must be a repository" },
   { { git_repo = "--upload-pack=touch /tmp/pwned" }, "git_repo must be a repository" },
   { { git_repo = "/" }, "git_repo must be a repository" },

@@ -66,6 +66,19 @@ describe("script budgets inside C calls", function()
     local ok3, r3 = call("return ('ab'):rep(3, ', ')")
     assert.is_true(ok3)
     assert.equal("ab, ab, ab", r3)
+    -- the same strings as stock's rep
+    local cases = {}
+    for _, str in ipairs{ "", "x", "ab", "hello\0" } do
+      for _, sep in ipairs{ "", ",", "--" } do
+        for _, n in ipairs{ -1, 0, 1, 2, 3, 7, 64, 1000 } do cases[#cases + 1] = { str, n, sep } end
+      end
+    end
+    local s <close> = script.new(LIMITS)
+    assert(s:load("return { f = function(cases) local out = {} for i, c in ipairs(cases) do"
+                  .. " out[i] = c[1]:rep(c[2], c[3]) end return out end }", "=rep.lua"))
+    local ok4, got = s:call("f", cases)
+    assert.is_true(ok4)
+    for i, c in ipairs(cases) do assert.equal(c[1]:rep(c[2], c[3]), got[i]) end
   end)
 
   it("table.move/insert/remove refuse spans no script can hold", function()

@@ -42,3 +42,6 @@ lua_dir="-DSBX_LUA_DIR=\"$PWD/lua\""
 run_target paths "$small" "$lua_dir" -Ifuzz fuzz/paths_fuzz.c
 SBX_FUZZ_STRICT=1 run_target json "$small" "$lua_dir" -Ifuzz fuzz/json_fuzz.c -l:liblua5.4-cjson.so.0
 run_target wire "$small" "$lua_dir" -Ifuzz fuzz/wire_fuzz.c
+# The bounded pattern matcher scripts get (src/patmatch.c), the stock string
+# library as the oracle.
+run_target patmatch "$small" fuzz/patmatch_fuzz.c src/patmatch.c

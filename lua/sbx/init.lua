@@ -33,20 +33,53 @@ local OPTIONS = {
   git_repo = "string", git_ref = "string", labels = "map", backend_options = "table",
   workspace = "list",
 }
+-- Numeric options: check.number's rules for each.
+local NUMBERS = {
+  timeout_secs = { above = 0, max = check.MAX_SECONDS }, command_timeout_secs = { above = 0, max = check.MAX_SECONDS },
+  cpu = { above = 0, max = 1e6 }, memory_mb = { above = 0, max = 1e12 }, disk_mb = { above = 0, max = 1e15 },
+  max_price = { min = 0 },
+}
+-- Every option checked before anything exists: a bad value is a ConfigError
+-- naming it, never a half-created sandbox.
 local function validate(opts)
   opts = check.options(opts, OPTIONS, "sandbox")
   for _, k in ipairs{ "needs", "only", "ignore" } do
     if opts[k] then check.list(opts[k], "sandbox", k) end
   end
-  for _, k in ipairs{ "timeout_secs", "command_timeout_secs" } do
-    if opts[k] and not (opts[k] > 0) then check.bad("sandbox", k .. " must be > 0 seconds") end
+  for k, rule in pairs(NUMBERS) do
+    if opts[k] ~= nil then check.number(opts[k], "sandbox", k, rule) end
   end
-  for _, k in ipairs{ "cpu", "memory_mb" } do
-    if opts[k] and not (opts[k] > 0) then check.bad("sandbox", k .. " must be > 0, got " .. opts[k]) end
+  if type(opts.gpu) == "number" then check.number(opts.gpu, "sandbox", "gpu", { integer = true, min = 0 }) end
+  for _, k in ipairs{ "backend", "isolation", "region", "image", "template", "snapshot_id", "workdir", "git_ref" } do
+    if opts[k] ~= nil then check.text(opts[k], "sandbox", k) end
+  end
+  if type(opts.policy) == "string" then check.text(opts.policy, "sandbox", "policy") end
+  if opts.isolation and not providers.ISOLATION[opts.isolation] then
+    check.bad("sandbox", "unknown isolation '" .. opts.isolation .. "' (process, namespace, container, gvisor, microvm)")
+  end
+  check.env(opts.env_vars, "sandbox", "env_vars")
+  check.labels(opts.labels, "sandbox", "labels")
+  if opts.git_repo ~= nil then
+    local repo = check.text(opts.git_repo, "sandbox", "git_repo")
+    local name = repo:gsub("/+$", ""):match("([^/:]+)$")
+    name = name and name:gsub("%.git$", "")
+    if repo:sub(1, 1) == "-" or not name or name == "" or name == "." or name == ".." then
+      check.bad("sandbox", "git_repo must be a repository URL or path like https://host/org/repo.git, got '"
+                .. repo .. "'")
+    end
+  end
+  if opts.git_ref and opts.git_ref:sub(1, 1) == "-" then
+    check.bad("sandbox", "git_ref must be a branch or tag name, got '" .. opts.git_ref .. "'")
   end
   if opts.preset ~= nil then opts.preset = presets.resolve(opts) end   -- unknown: ConfigError
   if opts.git_ref and not opts.git_repo then check.bad("sandbox", "git_ref needs git_repo") end
-  workspace.from_options(opts)   -- bad entries, blank dests, missing host paths: ConfigError now
+  -- files and git_repo are workspace entries: bad entries, blank dests,
+  -- missing host paths are a ConfigError now
+  workspace.from_options(opts)
+  for path, data in pairs(opts.files or {}) do
+    check.text(path, "sandbox", "files key")
+    if type(data) == "number" then check.number(data, "sandbox", "files['" .. path .. "']") end
+  end
   return opts
 end
 
@@ -76,6 +109,7 @@ local function create_on(name, opts, lease)
   local preset = opts.preset
   opts = presets.merge(opts, preset, name, p.descriptor)
   local setup = presets.setup_for(preset, name, opts.image, p.descriptor.options.image)
+  local env = check.env(opts.env_vars, "sandbox", "env_vars")   -- (a preset's too) before create
   local id = owner.new_id()
   local ttl = opts.timeout_secs or 3600
   local s = owner.before_create{ event = "create", id = id, backend = name, created = os.time(),
@@ -90,8 +124,7 @@ local function create_on(name, opts, lease)
   end
   local tracked = router.track(p, name, opts, lease, { id = id, session = s.id })
   local sb = sandbox.new{ id = id, backend = name, provider = tracked, handle = h, journaled = true,
-                          env = check.env(opts.env_vars, "sandbox", "env_vars"),
-                          command_timeout = opts.command_timeout_secs }
+                          env = env, command_timeout = opts.command_timeout_secs }
   owner.record{ event = "ready", id = id, state = p.session_state(h) }
   owner.add(sb)
   sandbox.expire_after(sb, ttl)
@@ -199,7 +232,7 @@ function sbx.register_preset(p) return presets.register(p) end
 function sbx.presets() return presets.all() end
 sbx.spawn = tasks.spawn
 sbx.parallel = tasks.parallel
-sbx.sleep = loop.sleep
+sbx.sleep = tasks.sleep
 sbx.run = tasks.run
 
 return sbx

@@ -562,12 +562,44 @@ function M.create(opts, create_on)
   error(last, 0)
 end
 
+-- A pinned backend gets the request's routing options checked as routing
+-- would check them, instead of ignoring them.
+local function check_pinned(name, desc, opts)
+  local function bad(kind, why)
+    errors.raise(kind, name .. " was asked for, but " .. why, { backend = name, op = "create" })
+  end
+  if opts.only and not has(opts.only, name) then bad("ConfigError", "it is not in 'only'") end
+  if has(opts.ignore, name) then bad("ConfigError", "it is in 'ignore'") end
+  for _, cap in ipairs(opts.needs or {}) do
+    if not has(desc.capabilities, cap) then bad("FeatureNotSupportedError", "it lacks capability '" .. cap .. "'") end
+  end
+  local min_iso = opts.isolation and providers.ISOLATION[opts.isolation]
+  if min_iso and (providers.ISOLATION[desc.isolation] or 0) < min_iso then
+    bad("FeatureNotSupportedError", "its isolation '" .. tostring(desc.isolation) .. "' is below '"
+        .. opts.isolation .. "'")
+  end
+  if opts.region and desc.regions and #desc.regions > 0 and not has(desc.regions, opts.region) then
+    bad("FeatureNotSupportedError", "it has no region '" .. opts.region .. "' ("
+        .. table.concat(desc.regions, ", ") .. ")")
+  end
+  local pr = desc.price
+  if opts.max_price and pr then
+    local hourly = pr.per_hour + pr.per_vcpu_hour * (opts.cpu or meter.DEFAULT_CPU)
+                   + pr.per_gib_hour * (opts.memory_mb or meter.DEFAULT_MEMORY_MB) / 1024
+    if hourly > opts.max_price then
+      bad("ConfigError", string.format("it costs $%.4f/h, over max_price $%.4f/h", hourly, opts.max_price))
+    end
+  end
+  if type(opts.policy) == "string" then policy_for(opts) end   -- an unknown name: ConfigError
+end
+
 ---Create on a pinned backend: budget, admission (waits, yielding), stats.
 function M.pinned(name, opts, create_on)
   config.get()
   -- the static descriptor only: a pinned create probes no other backend
   local e = statics().by[name]
   local desc = e and e.desc
+  if desc then check_pinned(name, desc, opts) end
   if desc and desc.price then
     local fits, why = meter.fits(meter.projected(desc.price, opts))
     if not fits then

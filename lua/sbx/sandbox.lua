@@ -44,10 +44,9 @@ local COMMAND_OPTS = { timeout = "number", cwd = "string", env = "map", stdin = 
 
 local function request(sb, argv, opts, op)
   opts = check.options(opts, COMMAND_OPTS, op)
-  local timeout = opts.timeout or sb._command_timeout
-  if timeout <= 0 then check.bad(op, "timeout must be > 0 seconds") end
-  local max = opts.max_output_bytes or MAX_OUTPUT
-  if max < 0 or max ~= math.floor(max) then check.bad(op, "max_output_bytes must be an integer >= 0") end
+  local timeout = check.seconds(opts.timeout or sb._command_timeout, op, "timeout")
+  local max = check.number(opts.max_output_bytes or MAX_OUTPUT, op, "max_output_bytes",
+                           { integer = true, min = 0, max = 1 << 48 })
   return {
     argv = argv, env = environment(sb, check.env(opts.env, op, "env")), cwd = opts.cwd, stdin = opts.stdin,
     timeout = timeout, max_output = max,
@@ -195,7 +194,8 @@ local SIGNALS = { SIGHUP = 1, SIGINT = 2, SIGQUIT = 3, SIGKILL = 9, SIGUSR1 = 10
 
 ---Send a signal (name or number; default SIGKILL, which takes the whole tree).
 function Process:kill(sig)
-  local n = sig == nil and 9 or SIGNALS[sig] or (math.type(sig) == "integer" and sig)
+  local n = sig == nil and 9 or SIGNALS[sig]
+  if not n and type(sig) == "number" then n = check.number(sig, "kill", "signal", { integer = true, min = 1, max = 64 }) end
   if not n then check.bad("kill", "unknown signal " .. tostring(sig)) end
   if self._p:running() then self._p:kill(n) end
 end
@@ -204,7 +204,7 @@ end
 function Process:wait(timeout)
   local timer
   if timeout ~= nil then
-    if type(timeout) ~= "number" or timeout < 0 then check.bad("wait", "timeout must be seconds >= 0") end
+    check.seconds(timeout, "wait", "timeout", true)
     timer = loop.spawn(function() loop.sleep(timeout); self._p:expire() end)
   end
   local ok, err = pcall(function()
@@ -240,7 +240,8 @@ end
 
 function Sandbox:read_file(path, opts)
   path_arg("read_file", path)
-  local max = opts and opts.max_bytes
+  local max = check.options(opts, { max_bytes = "number" }, "read_file").max_bytes
+  if max ~= nil then max = check.number(max, "read_file", "max_bytes", { integer = true, min = 0, max = 1 << 48 }) end
   return self._p.read_file(live(self, "read_file"), path, max)
 end
 

@@ -13,6 +13,11 @@ function M.spawn(fn, ...)
   return loop.spawn(fn, ...)
 end
 
+---sbx.sleep(secs): finite seconds >= 0 (ConfigError otherwise).
+function M.sleep(secs)
+  return loop.sleep(check.seconds(secs, "sleep", "seconds", true))
+end
+
 ---Run the loop until `t` is done (or until no work is left).
 M.run = loop.run
 

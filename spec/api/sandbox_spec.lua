@@ -47,7 +47,7 @@ describe("sbx.sandbox options", function()
       for _, b in ipairs{ "local", "docker", "bwrap" } do
         local kind, err = kind_of(function() sbx.sandbox(b, o) end)
         assert.equal("ConfigError", kind)
-        assert.matches((next(o)) .. " must be > 0", err.message)
+        assert.matches((next(o)) .. " must be [>a] [0f]", err.message)
       end
     end
   end)

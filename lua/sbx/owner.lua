@@ -9,6 +9,7 @@ local fs = require "sbx.fs"
 local proc = require "sbx.proc"
 local json = require "cjson.safe"
 local errors = require "sbx.errors"
+local claims = require "sbx.claims"
 
 local M = {}
 
@@ -219,9 +220,11 @@ function M.sandbox_dirs(kind)
   local found = {}
   local top = M.state_dir() .. "/" .. kind
   for _, session in ipairs(fs.list_host(top) or {}) do
-    for _, name in ipairs(fs.list_host(top .. "/" .. session) or {}) do
-      found[#found + 1] = { session = session, id = name:match("^(.-)%.") or name,
-                            dir = top .. "/" .. session .. "/" .. name }
+    for _, name in ipairs(claims.session_ok(session) and fs.list_host(top .. "/" .. session) or {}) do
+      local id = name:match("^(.-)%.") or name
+      if claims.id_ok(id) then
+        found[#found + 1] = { session = session, id = id, dir = top .. "/" .. session .. "/" .. name }
+      end
     end
   end
   return found
@@ -239,24 +242,60 @@ function M.session_event(path)
   return type(e) == "table" and e.event == "session" and e or nil
 end
 
-local function read_journal(path)
+-- What each event must hold (a journal is data: a line that does not fit is
+-- skipped and said, never trusted or crashed on).
+local function num(v) return v == nil or type(v) == "number" end
+local function str(v) return v == nil or type(v) == "string" end
+local EVENTS = {
+  session = function(e) return str(e.host) and (e.pid == nil or math.tointeger(e.pid) ~= nil)
+                        and num(e.pid_start) and num(e.started) end,
+  create = function(e) return claims.id_ok(e.id) and type(e.backend) == "string" and num(e.created)
+                       and num(e.ttl) and (e.labels == nil or type(e.labels) == "table") end,
+  ready = function(e) return claims.id_ok(e.id) and type(e.state) == "table" end,
+  destroy = function(e) return claims.id_ok(e.id) end,
+  snapshot = function() return true end,
+  snapshot_done = function(e) return type(e.snapshot_id) == "string" end,
+}
+
+local function read_journal(path, id, report)
   local data = fs.read_host(path, 64 * 1024 * 1024)
   local info = { sandboxes = {}, order = {}, snapshots = { started = 0, kept = {} } }
-  for line in (data or ""):gmatch("[^\n]+") do
-    local e = json.decode(line)   -- a torn last line decodes to nil: skipped
-    if type(e) == "table" then
+  local n = 0
+  for line, nl in (data or ""):gmatch("([^\n]*)(\n?)") do
+    if line == "" and nl == "" then break end
+    n = n + 1
+    local e, why = json.decode(line), nil
+    if line == "" then
+      e = nil
+    elseif nl == "" then
+      why = "truncated last line (a write cut short)"
+    elseif type(e) ~= "table" then
+      why = "not a JSON object"
+    elseif type(e.event) ~= "string" then
+      why = "no event name"
+    elseif EVENTS[e.event] and not EVENTS[e.event](e) then
+      why = "a \"" .. e.event .. "\" event with missing or mistyped fields"
+    elseif e.session ~= nil and e.session ~= id then
+      why = "names session " .. tostring(e.session) .. ", not the journal's"
+    elseif e.event == "session" and n ~= 1 then
+      why = "a second session event"
+    end
+    if why then
+      if report then report(path, n, why) end
+    elseif e then
+      e.session = id
       if e.event == "session" then
         info.host, info.pid, info.started, info.event = e.host, e.pid, e.started, e
-      elseif e.event == "create" and e.id then
+      elseif e.event == "create" then
+        if not info.sandboxes[e.id] then info.order[#info.order + 1] = e.id end
         info.sandboxes[e.id] = e
-        info.order[#info.order + 1] = e.id
       elseif e.event == "ready" and info.sandboxes[e.id] then
         info.sandboxes[e.id].state = e.state
       elseif e.event == "destroy" then
         info.sandboxes[e.id] = nil
       elseif e.event == "snapshot" then
         info.snapshots.started = info.snapshots.started + 1
-      elseif e.event == "snapshot_done" and type(e.snapshot_id) == "string" then
+      elseif e.event == "snapshot_done" then
         info.snapshots.kept[e.snapshot_id] = true
       end
     end
@@ -264,19 +303,33 @@ local function read_journal(path)
   return info
 end
 
----Every session in the state directory with its live sandboxes.
+local function say_skipped(path, n, why)
+  if n == 0 then io.stderr:write("sbxlua: ", path, ": ", why, "; file skipped\n")
+  else io.stderr:write("sbxlua: ", path, ":", n, ": ", why, "; line skipped\n") end
+end
+
+---Every session in the state directory with its live sandboxes. A line or
+---a file that is not a journal's is skipped and reported on stderr (file
+---and line), or to opts.report(path, line, why).
 ---@return table[] { id=, live=, host=, pid=, path=, sandboxes = { entry... }, snapshots = { started=, kept = { [snapshot_id] = true } } }
-function M.sessions()
+function M.sessions(opts)
+  local report = opts and opts.report or say_skipped
   local dir = sessions_dir()
   local names = fs.list_host(dir) or {}
   local list = {}
   for _, name in ipairs(names) do
     local id = name:match("^(.*)%.jsonl$")
-    if id then
-      local info = read_journal(dir .. "/" .. name)
+    if id and not claims.session_ok(id) then
+      report(dir .. "/" .. name, 0, "not a session journal's name")
+    elseif id then
+      local live = fs.is_locked(dir .. "/" .. id .. ".lock")
+      -- a live session may be appending its last line right now
+      local info = read_journal(dir .. "/" .. name, id, function(p, n, why)
+        if not (live and why:find("^truncated")) then report(p, n, why) end
+      end)
       local s = { id = id, path = dir .. "/" .. id, host = info.host, pid = info.pid,
                   started = info.started, sandboxes = {}, snapshots = info.snapshots,
-                  live = fs.is_locked(dir .. "/" .. id .. ".lock") and owner_running(info.event) }
+                  live = live and owner_running(info.event) }
       for _, sid in ipairs(info.order) do
         if info.sandboxes[sid] then s.sandboxes[#s.sandboxes + 1] = info.sandboxes[sid] end
       end

@@ -13,6 +13,7 @@ local json = require "cjson.safe"
 local loop = require "sbx.loop"
 local errors = require "sbx.errors"
 local owner = require "sbx.owner"
+local claims = require "sbx.claims"
 local paths = require "sbx.paths"
 local agentlink = require "sbx.agentlink"
 local hex = require("sbx.proc").random_hex
@@ -395,6 +396,8 @@ function M.resume(state)
     fail("ConfigError", "session state for docker has no 'container'", { op = "resume" })
   end
   local info = inspect(state.container, "resume")
+  local mine, why = claims.container(type(info.Config) == "table" and info.Config.Labels, state.id, state.session)
+  if not mine then fail("ConfigError", "session state for docker: container " .. state.container .. ": " .. why, { op = "resume" }) end
   if not (info.State and info.State.Running) then
     fail("SandboxNotFoundError", "container " .. state.container .. " is not running", { op = "resume" })
   end
@@ -430,12 +433,27 @@ function M.list_owned()
   return found
 end
 
+---Destroy what a dead session left. The container a journal names is
+---removed only if it carries this host's labels for that sandbox and
+---session (inspected first); else the engine's labelled list is asked.
 function M.reap(entry)
-  local cid = (entry.state or {}).container or entry.container
-  if not cid then
-    for _, c in ipairs(M.list_owned()) do
-      if c.id == entry.id then cid = c.container end
+  local cid = type(entry.state) == "table" and entry.state.container or entry.container
+  if type(cid) == "string" then
+    local res = call("GET", "/containers/" .. q(cid) .. "/json", { op = "gc" })
+    local info = res.status == 200 and json.decode(res.body or "")
+    local ok, why = claims.container(type(info) == "table" and type(info.Config) == "table"
+                                     and info.Config.Labels, entry.id, entry.session)
+    if res.status ~= 200 and res.status ~= 404 then
+      fail("SandboxExecutionError", "gc: inspecting " .. cid .. ": " .. message_of(res), { op = "gc" })
+    elseif res.status == 200 and not ok then
+      claims.warn("gc: docker ", tostring(entry.id), ": not removing container ", cid, ": ", why)
     end
+    if not ok then cid = nil end
+  else
+    cid = nil
+  end
+  for _, c in ipairs(cid and {} or M.list_owned()) do
+    if c.id == entry.id and (entry.session == nil or c.session == entry.session) then cid = c.container end
   end
   if cid then remove_container(cid) end
 end

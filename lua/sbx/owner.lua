@@ -39,6 +39,19 @@ local hex = proc.random_hex
 
 function M.new_id() return "sbx-" .. hex(12) end
 
+-- The state directory holds journals, locks and sandbox directories: made
+-- 0700; one that already existed open to others is said once (not changed:
+-- it may be shared on purpose).
+local function warn_if_open(dir)
+  local root = fs.open_root(dir)
+  local st = root and root:stat(".")
+  if root then root:close() end
+  if st and st.mode & 63 ~= 0 then
+    io.stderr:write(string.format("sbxlua: warning: the state directory %s is mode %04o, open to other users"
+                                  .. " (its journals name every sandbox); chmod 700 it\n", dir, st.mode))
+  end
+end
+
 ---This process's session, opened (journal + lock) on first use.
 ---@return table|nil, string? error
 function M.session()
@@ -50,6 +63,7 @@ function M.session()
   -- cgroup while we go on creating sandboxes in it.
   local ok, merr = fs.mkdir_host(sessions_dir())
   if not ok then return nil, merr end
+  warn_if_open(M.state_dir())
   local lock, lerr = fs.lock(base .. ".lock")
   if not lock then return nil, lerr end
   local journal, err = fs.journal(base .. ".jsonl")

@@ -12,6 +12,18 @@ local pool = require "sbx.pool"   -- also lets routing take warm sandboxes from 
 
 loop.set_error_factory(errors.new)
 
+-- os.exit(code) without close = true skips lua_close and so every
+-- finalizer: in a host embedding sbx (lua5.4) the sandboxes would be left.
+-- sbx wraps it to destroy what this process owns first (sbxlua's job
+-- runner replaces it again while a job runs: there it unwinds instead).
+do
+  local exit = os.exit
+  os.exit = function(code, close)    -- luacheck: ignore
+    if not close then pcall(owner.destroy_all) end
+    return exit(code, close)
+  end
+end
+
 local sbx = {}
 sbx.version = "0.1.0"
 sbx.errors = errors

@@ -156,6 +156,19 @@ function M.before_create(entry)
   return s
 end
 
+-- Embedded in another host (require "sbx" from lua5.4), nobody calls
+-- destroy_all at exit: closing the Lua state does, through a finalizer.
+-- lua_close runs finalizers newest-marked first, so the sentinel is made
+-- anew after the session's journal, the engine connection and each
+-- sandbox exist: it runs before they are closed (an older one does nothing).
+local sentinel
+local function arm()
+  sentinel = setmetatable({}, { __gc = function(me)
+    if me == sentinel then pcall(M.destroy_all, { finalizer = true }) end
+  end })
+end
+arm()
+
 local seq = 0
 function M.seq() return seq end
 
@@ -165,6 +178,7 @@ function M.add(sb)
   sb._task = require("sbx.loop").current()
   owned[sb.id] = sb
   order[#order + 1] = sb.id
+  arm()
 end
 
 function M.remove(id) owned[id] = nil end
@@ -223,10 +237,6 @@ function M.end_session()
   os.remove(base .. ".lock")
   s.lock:unlock()
 end
-
--- Embedded in another host (require "sbx" from lua5.4), nobody calls
--- destroy_all at exit: closing the Lua state does, through this finalizer.
-M._sentinel = setmetatable({}, { __gc = function() pcall(M.destroy_all, { finalizer = true }) end })
 
 ---Sandbox directories a host-directory backend keeps under
 ---<state>/<kind>/<session>/<id>.XXXXXX, as gc's list of what exists.

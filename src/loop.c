@@ -625,15 +625,25 @@ static int loop_event(lua_State *L) {
 
 /* The handler only writes to a pipe the loop watches; a second signal
 ** cannot wait for the loop (the job may be busy): it kills the session's
-** cgroup tree, if one was named, and exits at once. */
+** cgroup tree, if one was named, and exits at once. A second signal within
+** SIG_TWIN seconds of the first is the same one delivered twice (timeout(1)
+** signals its child and then the child's process group): the clean
+** shutdown the first started goes on. */
+#define SIG_TWIN 0.3
 static volatile sig_atomic_t sig_count;
 static int sig_pipe = -1;
 static char sig_kill_dir[1024];
+static struct timespec sig_first;
 
 static void sig_handler(int sig) {
   int saved = errno;
   unsigned char b = (unsigned char)sig;
-  if (++sig_count >= 2) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);   /* async-signal-safe */
+  if (sig_count == 0) sig_first = now;
+  double since = (double)(now.tv_sec - sig_first.tv_sec)
+               + (double)(now.tv_nsec - sig_first.tv_nsec) / 1e9;
+  if (sig_count++ >= 1 && since >= SIG_TWIN) {
     if (sig_kill_dir[0]) {
       char path[1100];
       int n = snprintf(path, sizeof path, "%s/cgroup.kill", sig_kill_dir);

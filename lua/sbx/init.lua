@@ -105,8 +105,10 @@ local function create_on(name, opts, lease)
   local spec = { id = id, session = s.id, ttl = ttl }
   for k, v in pairs(opts) do if spec[k] == nil then spec[k] = v end end
   local okc, h = pcall(p.create, spec)
+  owner.created(id)
   if not okc then
-    owner.record{ event = "destroy", id = id, failed = true }
+    -- spec.left: the backend could not remove what it made; the journal keeps it for gc
+    if spec.left then owner.unfinished = true else owner.record{ event = "destroy", id = id, failed = true } end
     if errors.is(h, "SandboxError") then error(h, 0) end
     errors.raise("SandboxCreationError", name .. ": " .. tostring(h), { backend = name, op = "create" })
   end

@@ -137,6 +137,25 @@ function M.record(entry)
   return session.journal:append(json.encode(entry) .. "\n")
 end
 
+-- Creates in flight (id -> the task making it; create_on clears it) and
+-- tasks the session must outlive (M.hold: a create's engine call, the fill
+-- of docker's agent volume): destroy_all cancels the first and waits for
+-- both, so nothing a create made can land after the journal is gone.
+local inflight, held = {}, {}
+
+---The create of sandbox `id` is over (made, or failed and cleaned up).
+function M.created(id) inflight[id] = nil end
+
+---Keep the session (and its journal) until task `t` has ended.
+function M.hold(t)
+  if #held > 32 then
+    local live = {}
+    for _, h in ipairs(held) do if h:status() ~= "done" then live[#live + 1] = h end end
+    held = live
+  end
+  held[#held + 1] = t
+end
+
 ---Journal the sandbox about to exist; raises SandboxCreationError when the
 ---journal cannot be written (nothing is created unrecorded).
 function M.before_create(entry)
@@ -153,7 +172,25 @@ function M.before_create(entry)
       { backend = entry.backend, op = "create" })
   end
   entry.session = s.id
+  local t = require("sbx.loop").current()
+  if t and entry.id then inflight[entry.id] = t end
   return s
+end
+
+local function settle()
+  local me = require("sbx.loop").current()
+  while next(inflight) do      -- joining runs other tasks: one at a time
+    local id, t = next(inflight)
+    inflight[id] = nil
+    if t ~= me and t:status() ~= "done" then t:cancel() pcall(t.join, t) end
+  end
+  local i = 1
+  while i <= #held do          -- a held task may hold another: the list grows
+    local t = held[i]
+    if t ~= me and t:status() ~= "done" then pcall(t.join, t) end
+    i = i + 1
+  end
+  held = {}
 end
 
 -- Embedded in another host (require "sbx" from lua5.4), nobody calls
@@ -206,6 +243,7 @@ function M.destroy_all(opts)
     local ok, err = pcall(fn, wait)
     if not ok then io.stderr:write("sbxlua: at exit: ", tostring(err), "\n") end
   end
+  settle()
   local list = M.owned()
   for i = #list, 1, -1 do
     local ok, err = pcall(list[i].destroy, list[i])

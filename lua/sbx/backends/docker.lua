@@ -232,6 +232,39 @@ local function pull(image)
   return true
 end
 
+-- Gone, or going (another gc got there first): both are success.
+local function remove_container(cid, volumes)
+  local ok, res = pcall(call, "DELETE", "/containers/" .. q(cid) .. "?force=true&v=" .. (volumes == false and "false" or "true"),
+                        { op = "destroy", timeout = 60 })
+  local going = ok and res.status == 409 and message_of(res):find("already in progress", 1, true)
+  if ok and res.status ~= 204 and res.status ~= 404 and not going then
+    fail("SandboxExecutionError", "destroy: " .. message_of(res), { op = "destroy" })
+  elseif not ok then
+    error(res, 0)
+  end
+end
+
+-- POST /containers/create?name=<name> in a task of its own: a cancel of the
+-- caller (SIGINT) must not cut the call short, or the engine makes a
+-- container nobody hears of. A caller cancelled first leaves: the task then
+-- removes the container by name once the engine has answered (or failed to),
+-- and the session waits for it at exit (owner.hold). Raises what call does.
+local function create_container(name, body, o)
+  local abandoned = false
+  local t = loop.spawn(function()
+    local ok, res = pcall(call, "POST", "/containers/create?name=" .. q(name),
+                          { op = "create", body = body, timeout = o.timeout or 120 })
+    if abandoned or not ok then pcall(remove_container, name, o.volumes) end
+    if not ok then error(res, 0) end
+    return res
+  end)
+  owner.hold(t)
+  local jok, ok, res = pcall(t.join, t)
+  if not jok then abandoned = true error(ok, 0) end
+  if not ok then error(res, 0) end
+  return res
+end
+
 -- The agent reaches containers through a read-only volume filled once per
 -- engine and agent build: uploading it into every container cost an extra
 -- archive call (~50 ms: the engine re-executes itself to chroot for each).
@@ -258,27 +291,23 @@ end
 M.VOLUME_PREFIX = "sbxlua-agent-"
 local function agent_volume_name() return M.VOLUME_PREFIX .. agent_hash(require "sbx.agentbin") end
 
-local function ensure_agent_volume(image)
-  if agent_volume then
-    -- still there? (`docker volume prune`, or gc of another build, may have
-    -- removed it; a container would then get an empty one and no agent)
-    if agent_volume == agent_volume_name()
-       and call("GET", "/volumes/" .. q(agent_volume), { op = "create" }).status == 200 then
-      return agent_volume, M.agent_path
-    end
-    agent_volume = nil
-  end
+local function fill_agent_volume(image)
   local blob = require "sbx.agentbin"
   local name = agent_volume_name()
+  -- labelled with this host and session: gc removes another build's volume
+  -- only when that session is dead and no container uses it (M.prune)
   api("POST", "/volumes/create", { 201, 200 }, { op = "create", kind = "SandboxCreationError",
-      body = { Name = name, Labels = { ["sbxlua.agent"] = "1" } } })
-  local res = api("POST", "/containers/create", { 201 }, { op = "create", kind = "SandboxCreationError",
-    not_found = "SandboxCreationError",
-    body = { Image = image, Entrypoint = { "/nonexistent" },
-             Labels = { ["sbxlua.helper"] = "agent-volume", ["sbxlua.host"] = owner.hostname(),
-                        ["sbxlua.session"] = owner.session_id(), ["sbxlua.lock"] = owner.lock_path(),
-                        ["sbxlua.id"] = "agent-helper" },
-             HostConfig = { Mounts = { { Type = "volume", Source = name, Target = M.AGENT_DIR } } } } })
+      body = { Name = name, Labels = { ["sbxlua.agent"] = "1", ["sbxlua.host"] = owner.hostname(),
+                                       ["sbxlua.session"] = owner.session_id(),
+                                       ["sbxlua.lock"] = owner.lock_path() } } })
+  local res = expect(create_container("sbxlua-agent-helper-" .. hex(6), {
+    Image = image, Entrypoint = { "/nonexistent" },
+    Labels = { ["sbxlua.helper"] = "agent-volume", ["sbxlua.host"] = owner.hostname(),
+               ["sbxlua.session"] = owner.session_id(), ["sbxlua.lock"] = owner.lock_path(),
+               ["sbxlua.id"] = "agent-helper" },
+    HostConfig = { Mounts = { { Type = "volume", Source = name, Target = M.AGENT_DIR } } } },
+    { volumes = false }), { 201 }, { op = "create", kind = "SandboxCreationError", not_found = "SandboxCreationError" })
+  res.json = json.decode(res.body or "")
   local cid = field(res, "Id", "string", { op = "create", kind = "SandboxCreationError" })
   local ok, file = pcall(function()
     local have = read_current(cid)
@@ -297,6 +326,30 @@ local function ensure_agent_volume(image)
   if not ok then error(file, 0) end
   agent_volume, M.agent_path = name, M.AGENT_DIR .. "/" .. file
   return agent_volume, M.agent_path
+end
+
+-- One fill per process however many creates wait for it (a single-flight):
+-- a task of its own, so a create cancelled meanwhile leaves it to finish
+-- (and to remove its helper container); the session waits for it at exit.
+local filling
+
+local function ensure_agent_volume(image)
+  if agent_volume then
+    -- still there? (`docker volume prune`, or gc of another build, may have
+    -- removed it; a container would then get an empty one and no agent)
+    if agent_volume == agent_volume_name()
+       and call("GET", "/volumes/" .. q(agent_volume), { op = "create" }).status == 200 then
+      return agent_volume, M.agent_path
+    end
+    agent_volume = nil
+  end
+  if not filling or filling:status() == "done" then
+    filling = loop.spawn(fill_agent_volume, image)
+    owner.hold(filling)
+  end
+  local ok, name, path = filling:join()
+  if not ok then error(name, 0) end
+  return name, path
 end
 
 local function create_body(spec)
@@ -327,17 +380,6 @@ local function create_body(spec)
   return body
 end
 
--- Gone, or going (another gc got there first): both are success.
-local function remove_container(cid)
-  local ok, res = pcall(call, "DELETE", "/containers/" .. q(cid) .. "?force=true&v=true",
-                        { op = "destroy", timeout = 60 })
-  local going = ok and res.status == 409 and message_of(res):find("already in progress", 1, true)
-  if ok and res.status ~= 204 and res.status ~= 404 and not going then
-    fail("SandboxExecutionError", "destroy: " .. message_of(res), { op = "destroy" })
-  elseif not ok then
-    error(res, 0)
-  end
-end
 
 local open_into     -- below, with the agent link
 
@@ -357,14 +399,13 @@ function M.create(spec)
   end
   spec.agent_volume, spec.agent_path = ensure_agent_volume(image)
   local body = create_body(spec)
-  local path = "/containers/create?name=" .. q("sbxlua-" .. spec.id)
-  local res = call("POST", path, { op = "create", body = body, timeout = 120 })
+  local res = create_container("sbxlua-" .. spec.id, body, {})
   res = expect(res, { 201 }, { op = "create", kind = "SandboxCreationError",
                                bad_request = "SandboxCreationError", conflict = "SandboxCreationError" })
   res.json = json.decode(res.body)
   local okid, cid = pcall(field, res, "Id", "string", { op = "create", kind = "SandboxCreationError" })
   if not okid then    -- the container may exist all the same: it has our name
-    pcall(remove_container, "sbxlua-" .. spec.id)
+    if not pcall(remove_container, "sbxlua-" .. spec.id) then spec.left = true end
     error(cid, 0)
   end
   local h = { cid = cid, id = spec.id, session = spec.session, agent = spec.agent_path }
@@ -372,9 +413,9 @@ function M.create(spec)
     api("POST", "/containers/" .. cid .. "/start", { 204, 304 }, { op = "create", kind = "SandboxCreationError",
         bad_request = "SandboxCreationError", conflict = "SandboxCreationError" })
   end)
-  if not ok then
-    pcall(remove_container, cid)
-    if errors.is(err, "SandboxError") then error(err, 0) end
+  if not ok then      -- spec.left: create_on keeps the journal's line for gc
+    if not pcall(remove_container, cid) then spec.left = true end
+    if errors.is(err, "SandboxError") or errors.is(err, "Cancelled") then error(err, 0) end
     fail("SandboxCreationError", "create: " .. tostring(err), { op = "create" })
   end
   -- the agent starts meanwhile: create does not wait for it (an engine exec

@@ -508,18 +508,26 @@ function M.snapshot(h)
   return { snapshot_id = field(res, "Id", "string", { op = "snapshot" }) }
 end
 
----Agent volumes of other sbxlua builds that no container uses (each build
----fills its own; they were never removed). A process of another build
----still running notices at its next create and fills its volume again.
+---Agent volumes of other sbxlua builds (each build fills its own) that
+---this host's sbxlua filled in a session now dead, and that no container
+---uses. A volume another process is filling is its live session's, so
+---kept; so is one of another host on a shared engine, or unlabelled. A
+---process of that build still running notices at its next create and
+---fills its volume again.
 ---@return integer removed (or, with dry_run, that would be)
 function M.prune(dry_run)
-  local filters = json.encode{ label = { "sbxlua.agent" }, dangling = { "true" } }
+  local filters = json.encode{ label = { "sbxlua.agent", "sbxlua.host=" .. owner.hostname() },
+                               dangling = { "true" } }
   local res = api("GET", "/volumes?filters=" .. q(filters), { 200 }, { op = "gc" })
-  local mine, n = agent_volume_name(), 0
+  local mine, n, prefix = agent_volume_name(), 0, M.VOLUME_PREFIX
   local list = type(res.json) == "table" and type(res.json.Volumes) == "table" and res.json.Volumes or {}
   for _, v in ipairs(list) do
     local name = type(v) == "table" and type(v.Name) == "string" and v.Name or nil
-    if name and name ~= mine and name:match("^sbxlua%-agent%-%x+$") then
+    local l = type(v) == "table" and type(v.Labels) == "table" and v.Labels or {}
+    local session, lock = l["sbxlua.session"], l["sbxlua.lock"]
+    if name and name ~= mine and name:sub(1, #prefix) == prefix and name:sub(#prefix + 1):match("^%x+$")
+       and l["sbxlua.host"] == owner.hostname() and type(session) == "string" and type(lock) == "string"
+       and not owner.session_alive(session, lock) then
       if dry_run then
         io.stdout:write("would remove docker volume ", name, " (the agent of another sbxlua build)\n")
         n = n + 1

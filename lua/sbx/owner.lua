@@ -40,13 +40,13 @@ local hex = proc.random_hex
 function M.new_id() return "sbx-" .. hex(12) end
 
 -- The state directory holds journals, locks and sandbox directories: made
--- 0700; one that already existed open to others is said once (not changed:
--- it may be shared on purpose).
-local function warn_if_open(dir)
+-- 0700; one that already existed open to others is made 0700 too (said
+-- only when that fails: it is not ours to change).
+local function make_private(dir)
   local root = fs.open_root(dir)
   local st = root and root:stat(".")
   if root then root:close() end
-  if st and st.mode & 63 ~= 0 then
+  if st and st.mode & 63 ~= 0 and not fs.chmod_host(dir, st.mode & ~63) then
     io.stderr:write(string.format("sbxlua: warning: the state directory %s is mode %04o, open to other users"
                                   .. " (its journals name every sandbox); chmod 700 it\n", dir, st.mode))
   end
@@ -63,7 +63,7 @@ function M.session()
   -- cgroup while we go on creating sandboxes in it.
   local ok, merr = fs.mkdir_host(sessions_dir())
   if not ok then return nil, merr end
-  warn_if_open(M.state_dir())
+  make_private(M.state_dir())
   local lock, lerr = fs.lock(base .. ".lock")
   if not lock then return nil, lerr end
   local journal, err = fs.journal(base .. ".jsonl")

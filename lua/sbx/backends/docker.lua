@@ -300,7 +300,7 @@ local function fill_agent_volume(image)
       body = { Name = name, Labels = { ["sbxlua.agent"] = "1", ["sbxlua.host"] = owner.hostname(),
                                        ["sbxlua.session"] = owner.session_id(),
                                        ["sbxlua.lock"] = owner.lock_path() } } })
-  local res = expect(create_container("sbxlua-agent-helper-" .. hex(6), {
+  local res = expect(create_container("sbx-agent-fill-" .. hex(6), {
     Image = image, Entrypoint = { "/nonexistent" },
     Labels = { ["sbxlua.helper"] = "agent-volume", ["sbxlua.host"] = owner.hostname(),
                ["sbxlua.session"] = owner.session_id(), ["sbxlua.lock"] = owner.lock_path(),

@@ -52,6 +52,9 @@ describe("gc and other builds' agent volumes", function()
   after_each(function()
     if holder then holder:kill(9) holder:wait() end
     if cid then api("DELETE", "/containers/" .. cid .. "?force=true") end
+    for _, v in ipairs((json.decode(api("GET", "/volumes")) or {}).Volumes or {}) do   -- the fill's too
+      if v.Name:sub(1, #prefix) == prefix then names[#names + 1] = v.Name end
+    end
     for _, n in ipairs(names) do api("DELETE", "/volumes/" .. n) end
     holder, cid, names = nil, nil, {}
     fs.rmtree(state)

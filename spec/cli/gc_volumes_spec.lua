@@ -95,6 +95,42 @@ describe("gc and other builds' agent volumes", function()
     for _, n in ipairs{ other_host, unlabelled, used } do assert.is_true(exists(n), n) end
   end)
 
+  it("a process whose volume was removed and filled again by another process uses the new fill", function()
+    if not usable() then return pending("docker or " .. IMAGE .. " not available") end
+    local function start(code)
+      return assert(proc.spawn{ argv = { BIN, "-e", "require('sbx.backends.docker').VOLUME_PREFIX = '" .. prefix
+        .. "' " .. code }, timeout = 120, stream = true, keep_stdin = true,
+        env = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" .. state, "SBX_STATE_DIR=" .. state } })
+    end
+    local function until_line(p, want)
+      local seen = ""
+      while not seen:find(want, 1, true) do
+        local which, chunk = p:read()
+        assert(which, "ended before " .. want .. ": " .. seen)
+        seen = seen .. chunk
+      end
+      return seen
+    end
+    local job = "local function one() local sb <close> = sbx.sandbox('docker', { image = '" .. IMAGE .. "' })"
+                .. " return sb:execute_command('echo', { 'ok' }).stdout end"
+    local a = start(job .. " io.write('a1 ', one()) io.stdout:flush() io.read('l') io.write('a2 ', one())")
+    until_line(a, "a1 ok\n")
+    local vol
+    for _, v in ipairs((json.decode(api("GET", "/volumes")) or {}).Volumes or {}) do
+      if v.Name:sub(1, #prefix) == prefix then vol = v.Name end
+    end
+    assert.truthy(vol)
+    api("DELETE", "/volumes/" .. vol)             -- as another build's gc did
+    local b = start(job .. " io.write('b ', one())")   -- another process fills it again
+    assert.matches("b ok\n", until_line(b, "b ok\n"))
+    assert.equal(0, b:wait().exit_code)
+    a:write("go\n")
+    local rest = until_line(a, "\n")
+    local r = a:wait()
+    assert.equal(0, r.exit_code, rest .. (r.stderr or ""))
+    assert.matches("a2 ok\n", rest)
+  end)
+
   it("a volume this build fills is labelled with its host and session", function()
     if not usable() then return pending("docker or " .. IMAGE .. " not available") end
     local r = assert(proc.spawn{ argv = { BIN, "-e", "require('sbx.backends.docker').VOLUME_PREFIX = '" .. prefix

@@ -269,7 +269,7 @@ end
 -- engine and agent build: uploading it into every container cost an extra
 -- archive call (~50 ms: the engine re-executes itself to chroot for each).
 M.AGENT_DIR = "/.sbx/bin"
-local agent_volume
+local agent_volume, agent_created
 
 local agent_hash = agentlink.hash
 
@@ -296,10 +296,11 @@ local function fill_agent_volume(image)
   local name = agent_volume_name()
   -- labelled with this host and session: gc removes another build's volume
   -- only when that session is dead and no container uses it (M.prune)
-  api("POST", "/volumes/create", { 201, 200 }, { op = "create", kind = "SandboxCreationError",
+  local vol = api("POST", "/volumes/create", { 201, 200 }, { op = "create", kind = "SandboxCreationError",
       body = { Name = name, Labels = { ["sbxlua.agent"] = "1", ["sbxlua.host"] = owner.hostname(),
                                        ["sbxlua.session"] = owner.session_id(),
                                        ["sbxlua.lock"] = owner.lock_path() } } })
+  local created = type(vol.json) == "table" and vol.json.CreatedAt or nil
   local res = expect(create_container("sbx-agent-fill-" .. hex(6), {
     Image = image, Entrypoint = { "/nonexistent" },
     Labels = { ["sbxlua.helper"] = "agent-volume", ["sbxlua.host"] = owner.hostname(),
@@ -324,7 +325,7 @@ local function fill_agent_volume(image)
   end)
   pcall(call, "DELETE", "/containers/" .. q(cid) .. "?force=true&v=false", { op = "create" })
   if not ok then error(file, 0) end
-  agent_volume, M.agent_path = name, M.AGENT_DIR .. "/" .. file
+  agent_volume, agent_created, M.agent_path = name, created, M.AGENT_DIR .. "/" .. file
   return agent_volume, M.agent_path
 end
 
@@ -337,8 +338,12 @@ local function ensure_agent_volume(image)
   if agent_volume then
     -- still there? (`docker volume prune`, or gc of another build, may have
     -- removed it; a container would then get an empty one and no agent)
-    if agent_volume == agent_volume_name()
-       and call("GET", "/volumes/" .. q(agent_volume), { op = "create" }).status == 200 then
+    -- And the same volume: one removed and filled again by another process
+    -- holds its agent under another name (the container exited 127).
+    local res = agent_volume == agent_volume_name()
+                and call("GET", "/volumes/" .. q(agent_volume), { op = "create" })
+    local v = res and res.status == 200 and json.decode(res.body or "")
+    if type(v) == "table" and (agent_created == nil or v.CreatedAt == agent_created) then
       return agent_volume, M.agent_path
     end
     agent_volume = nil

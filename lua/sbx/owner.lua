@@ -177,20 +177,35 @@ function M.before_create(entry)
   return s
 end
 
+-- Each engine call has its own deadline; this one bounds them all (G4):
+-- what is still in flight then keeps the journal (M.unfinished) for gc.
+M.SETTLE_SECS = 30
+
 local function settle()
-  local me = require("sbx.loop").current()
-  while next(inflight) do      -- joining runs other tasks: one at a time
+  local loop = require "sbx.loop"
+  local me, deadline = loop.current(), loop.now() + M.SETTLE_SECS
+  local function wait(t)
+    while t ~= me and t:status() ~= "done" and loop.now() < deadline do loop.sleep(0.02) end
+    return t == me or t:status() == "done"
+  end
+  local late = 0
+  for _, t in pairs(inflight) do if t ~= me then t:cancel() end end
+  while next(inflight) do      -- waiting runs other tasks: one at a time
     local id, t = next(inflight)
     inflight[id] = nil
-    if t ~= me and t:status() ~= "done" then t:cancel() pcall(t.join, t) end
+    if not wait(t) then late = late + 1 end
   end
   local i = 1
   while i <= #held do          -- a held task may hold another: the list grows
-    local t = held[i]
-    if t ~= me and t:status() ~= "done" then pcall(t.join, t) end
+    if not wait(held[i]) then late = late + 1 end
     i = i + 1
   end
   held = {}
+  if late > 0 then
+    M.unfinished = true
+    io.stderr:write("sbxlua: at exit: ", late, " engine calls of creates still running after ", M.SETTLE_SECS,
+                    " s; the journal stays for `sbxlua gc`\n")
+  end
 end
 
 -- Embedded in another host (require "sbx" from lua5.4), nobody calls

@@ -394,7 +394,9 @@ function M:signal_batch(n, max_delay, how, opts)
   for _, rec in ipairs(recs) do
     local watchdog = loop.spawn(function()   -- G4: a stop that never ends is a leak too
       loop.sleep(60)
-      self.leaks[#self.leaks + 1] = "sbxlua " .. rec.p.pid .. " still running 60 s after SIGINT (" .. how .. ")"
+      self.leaks[#self.leaks + 1] = "sbxlua " .. rec.p.pid .. " still running 60 s after SIGINT (" .. how
+        .. "); it and its children:\n" .. sh("ps -o pid,stat,wchan:24,etimes,args -p " .. rec.p.pid
+        .. " --ppid " .. rec.p.pid .. " 2>&1") .. "fds: " .. sh("ls -l /proc/" .. rec.p.pid .. "/fd 2>&1 | wc -l")
       os.execute("kill -9 " .. rec.p.pid)
     end)
     local r = rec.p:wait()

@@ -5,9 +5,11 @@
 --- of the session and sandbox named; a cgroup is killed only when it is a
 --- sandbox's group in sbxlua's own subtree; a container is removed only when
 --- it carries this host's sbxlua labels (the docker backend inspects, then
---- asks `container`). One place, so local, bwrap and docker agree.
+--- asks `container`). One place, so local, bwrap and docker agree. And
+--- the journal reader itself: a line that is not a journal's is skipped.
 local realpath = require("sbx.bwrap").realpath
 local fs = require "sbx.fs"
+local json = require "cjson.safe"
 
 local M = {}
 
@@ -138,6 +140,77 @@ function M.resume(kind, state)
     if not ok then state.cg = nil end
   end
   return state
+end
+
+-- ------------------------------------------------------ journals
+
+-- What each event must hold (a journal is data: a line that does not fit is
+-- skipped and said, never trusted or crashed on).
+local function num(v) return v == nil or type(v) == "number" end
+local function str(v) return v == nil or type(v) == "string" end
+local EVENTS = {
+  session = function(e) return str(e.host) and (e.pid == nil or math.tointeger(e.pid) ~= nil)
+                        and num(e.pid_start) and num(e.started) end,
+  create = function(e) return M.id_ok(e.id) and type(e.backend) == "string" and num(e.created)
+                       and num(e.ttl) and (e.labels == nil or type(e.labels) == "table") end,
+  ready = function(e) return M.id_ok(e.id) and type(e.state) == "table" end,
+  destroy = function(e) return M.id_ok(e.id) end,
+  snapshot = function() return true end,
+  snapshot_done = function(e) return type(e.snapshot_id) == "string" end,
+}
+
+---The sandboxes, session event and snapshots journal `path` (of session
+---`id`) records; each line that is not one is skipped and given to report(path, line, why).
+function M.read_journal(path, id, report)
+  local data = fs.read_host(path, 64 * 1024 * 1024)
+  local info = { sandboxes = {}, order = {}, snapshots = { started = 0, kept = {} } }
+  local n = 0
+  for line, nl in (data or ""):gmatch("([^\n]*)(\n?)") do
+    if line == "" and nl == "" then break end
+    n = n + 1
+    local e, why = json.decode(line), nil
+    if line == "" then
+      e = nil
+    elseif nl == "" then
+      why = "truncated last line (a write cut short)"
+    elseif type(e) ~= "table" then
+      why = "not a JSON object"
+    elseif type(e.event) ~= "string" then
+      why = "no event name"
+    elseif EVENTS[e.event] and not EVENTS[e.event](e) then
+      why = "a \"" .. e.event .. "\" event with missing or mistyped fields"
+    elseif e.session ~= nil and e.session ~= id then
+      why = "names session " .. tostring(e.session) .. ", not the journal's"
+    elseif e.event == "session" and n ~= 1 then
+      why = "a second session event"
+    end
+    if why then
+      if report then report(path, n, why) end
+    elseif e then
+      e.session = id
+      if e.event == "session" then
+        info.host, info.pid, info.started, info.event = e.host, e.pid, e.started, e
+      elseif e.event == "create" then
+        if not info.sandboxes[e.id] then info.order[#info.order + 1] = e.id end
+        info.sandboxes[e.id] = e
+      elseif e.event == "ready" and info.sandboxes[e.id] then
+        info.sandboxes[e.id].state = e.state
+      elseif e.event == "destroy" then
+        info.sandboxes[e.id] = nil
+      elseif e.event == "snapshot" then
+        info.snapshots.started = info.snapshots.started + 1
+      elseif e.event == "snapshot_done" then
+        info.snapshots.kept[e.snapshot_id] = true
+      end
+    end
+  end
+  return info
+end
+
+---Say a skipped line (n > 0) or file (n == 0) on stderr.
+function M.say_skipped(path, n, why)
+  if n == 0 then io.stderr:write("sbxlua: ", path, ": ", why, "; file skipped\n")
+  else io.stderr:write("sbxlua: ", path, ":", n, ": ", why, "; line skipped\n") end
 end
 
 return M

@@ -319,78 +319,12 @@ function M.session_event(path)
   return type(e) == "table" and e.event == "session" and e or nil
 end
 
--- What each event must hold (a journal is data: a line that does not fit is
--- skipped and said, never trusted or crashed on).
-local function num(v) return v == nil or type(v) == "number" end
-local function str(v) return v == nil or type(v) == "string" end
-local EVENTS = {
-  session = function(e) return str(e.host) and (e.pid == nil or math.tointeger(e.pid) ~= nil)
-                        and num(e.pid_start) and num(e.started) end,
-  create = function(e) return claims.id_ok(e.id) and type(e.backend) == "string" and num(e.created)
-                       and num(e.ttl) and (e.labels == nil or type(e.labels) == "table") end,
-  ready = function(e) return claims.id_ok(e.id) and type(e.state) == "table" end,
-  destroy = function(e) return claims.id_ok(e.id) end,
-  snapshot = function() return true end,
-  snapshot_done = function(e) return type(e.snapshot_id) == "string" end,
-}
-
-local function read_journal(path, id, report)
-  local data = fs.read_host(path, 64 * 1024 * 1024)
-  local info = { sandboxes = {}, order = {}, snapshots = { started = 0, kept = {} } }
-  local n = 0
-  for line, nl in (data or ""):gmatch("([^\n]*)(\n?)") do
-    if line == "" and nl == "" then break end
-    n = n + 1
-    local e, why = json.decode(line), nil
-    if line == "" then
-      e = nil
-    elseif nl == "" then
-      why = "truncated last line (a write cut short)"
-    elseif type(e) ~= "table" then
-      why = "not a JSON object"
-    elseif type(e.event) ~= "string" then
-      why = "no event name"
-    elseif EVENTS[e.event] and not EVENTS[e.event](e) then
-      why = "a \"" .. e.event .. "\" event with missing or mistyped fields"
-    elseif e.session ~= nil and e.session ~= id then
-      why = "names session " .. tostring(e.session) .. ", not the journal's"
-    elseif e.event == "session" and n ~= 1 then
-      why = "a second session event"
-    end
-    if why then
-      if report then report(path, n, why) end
-    elseif e then
-      e.session = id
-      if e.event == "session" then
-        info.host, info.pid, info.started, info.event = e.host, e.pid, e.started, e
-      elseif e.event == "create" then
-        if not info.sandboxes[e.id] then info.order[#info.order + 1] = e.id end
-        info.sandboxes[e.id] = e
-      elseif e.event == "ready" and info.sandboxes[e.id] then
-        info.sandboxes[e.id].state = e.state
-      elseif e.event == "destroy" then
-        info.sandboxes[e.id] = nil
-      elseif e.event == "snapshot" then
-        info.snapshots.started = info.snapshots.started + 1
-      elseif e.event == "snapshot_done" then
-        info.snapshots.kept[e.snapshot_id] = true
-      end
-    end
-  end
-  return info
-end
-
-local function say_skipped(path, n, why)
-  if n == 0 then io.stderr:write("sbxlua: ", path, ": ", why, "; file skipped\n")
-  else io.stderr:write("sbxlua: ", path, ":", n, ": ", why, "; line skipped\n") end
-end
-
 ---Every session in the state directory with its live sandboxes. A line or
 ---a file that is not a journal's is skipped and reported on stderr (file
 ---and line), or to opts.report(path, line, why).
 ---@return table[] { id=, live=, host=, pid=, path=, sandboxes = { entry... }, snapshots = { started=, kept = { [snapshot_id] = true } } }
 function M.sessions(opts)
-  local report = opts and opts.report or say_skipped
+  local report = opts and opts.report or claims.say_skipped
   local dir = sessions_dir()
   local names = fs.list_host(dir) or {}
   local list = {}
@@ -401,7 +335,7 @@ function M.sessions(opts)
     elseif id then
       local live = fs.is_locked(dir .. "/" .. id .. ".lock")
       -- a live session may be appending its last line right now
-      local info = read_journal(dir .. "/" .. name, id, function(p, n, why)
+      local info = claims.read_journal(dir .. "/" .. name, id, function(p, n, why)
         if not (live and why:find("^truncated")) then report(p, n, why) end
       end)
       local s = { id = id, path = dir .. "/" .. id, host = info.host, pid = info.pid,

@@ -808,6 +808,17 @@ static int fs_mkdir_host(lua_State *L) {
   return fs_ok(L);
 }
 
+/* fs.chmod_host(path, mode) -> true | nil, msg, code (sbxlua's state
+** directory, made private) */
+static int fs_chmod_host(lua_State *L) {
+  const char *path = host_path(L, 1);
+  lua_Integer mode = luaL_checkinteger(L, 2);
+  luaL_argcheck(L, mode >= 0 && mode <= 07777, 2, "invalid mode");
+  if (!path) return fs_fail(L, "chmod", lua_tostring(L, 1), E_INVAL);
+  if (chmod(path, (mode_t)mode) < 0) return fs_fail(L, "chmod", path, errno);
+  return fs_ok(L);
+}
+
 /* fs.rmtree(host_path) -> true | nil, msg, code (missing is success) */
 static int fs_rmtree(lua_State *L) {
   const char *path = host_path(L, 1), *base;
@@ -930,7 +941,7 @@ static const luaL_Reg fs_funcs[] = {
   {"rmtree", fs_rmtree}, {"lock", fs_lock}, {"is_locked", fs_is_locked},
   {"journal", fs_journal}, {"read_host", fs_read_host},
   {"list_host", fs_list_host}, {"readlink", fs_readlink},
-  {"mkdir_host", fs_mkdir_host}, {"stat_host", fs_stat_host},
+  {"mkdir_host", fs_mkdir_host}, {"chmod_host", fs_chmod_host}, {"stat_host", fs_stat_host},
   {"errname", fs_errname}, {NULL, NULL}
 };
 

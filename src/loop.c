@@ -627,11 +627,16 @@ static int loop_event(lua_State *L) {
 ** cannot wait for the loop (the job may be busy): it kills the session's
 ** cgroup tree, if one was named, and exits at once. So does a first signal
 ** the loop has not taken within SIG_GRACE seconds (the job is stuck inside
-** one C call, such as a string.find that backtracks for hours): SIGALRM. */
+** one C call, such as a string.find that backtracks for hours): SIGALRM.
+** A second signal within SIG_TWIN seconds of the first is the same one
+** delivered twice (timeout(1) signals its child and then the child's process
+** group): the clean shutdown the first started goes on. */
 #define SIG_GRACE 5
+#define SIG_TWIN 0.3
 static volatile sig_atomic_t sig_count, sig_first;
 static int sig_pipe = -1;
 static char sig_kill_dir[1024];
+static struct timespec sig_first_at;
 
 static void sig_die(int sig) {
   if (sig_kill_dir[0]) {
@@ -656,7 +661,12 @@ static void sig_handler(int sig) {
     if (write(2, msg, sizeof msg - 1) < 0) {}
     sig_die(sig_first);
   }
-  if (++sig_count >= 2) sig_die(sig);
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);   /* async-signal-safe */
+  if (sig_count == 0) sig_first_at = now;
+  double since = (double)(now.tv_sec - sig_first_at.tv_sec)
+               + (double)(now.tv_nsec - sig_first_at.tv_nsec) / 1e9;
+  if (sig_count++ >= 1 && since >= SIG_TWIN) sig_die(sig);
   sig_first = sig;
   alarm(SIG_GRACE);
   if (write(sig_pipe, &b, 1) < 0) {}

@@ -13,6 +13,18 @@ local workspace = require "sbx.workspace"
 
 loop.set_error_factory(errors.new)
 
+-- os.exit(code) without close = true skips lua_close and so every
+-- finalizer: in a host embedding sbx (lua5.4) the sandboxes would be left.
+-- sbx wraps it to destroy what this process owns first (sbxlua's job
+-- runner replaces it again while a job runs: there it unwinds instead).
+do
+  local exit = os.exit
+  os.exit = function(code, close)    -- luacheck: ignore
+    if not close then pcall(owner.destroy_all) end
+    return exit(code, close)
+  end
+end
+
 local sbx = {}
 sbx.version = "0.1.0"
 sbx.errors = errors
@@ -117,8 +129,10 @@ local function create_on(name, opts, lease)
   local spec = { id = id, session = s.id, ttl = ttl }
   for k, v in pairs(opts) do if spec[k] == nil then spec[k] = v end end
   local okc, h = pcall(p.create, spec)
+  owner.created(id)
   if not okc then
-    owner.record{ event = "destroy", id = id, failed = true }
+    -- spec.left: the backend could not remove what it made; the journal keeps it for gc
+    if spec.left then owner.unfinished = true else owner.record{ event = "destroy", id = id, failed = true } end
     if errors.is(h, "SandboxError") then error(h, 0) end
     errors.raise("SandboxCreationError", name .. ": " .. tostring(h), { backend = name, op = "create" })
   end

@@ -393,6 +393,7 @@ local function log_decision(entry)
   local path = require("sbx.owner").state_dir() .. "/decisions.jsonl"
   if log_path ~= path then
     if log_file then log_file:close() end
+    local j = require("sbx.fs").journal(path) if j then j:close() end   -- made 0600, as the journal and ledger
     log_file, log_path = io.open(path, "a"), path
     if log_file then log_file:setvbuf("line") end
   end

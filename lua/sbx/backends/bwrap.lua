@@ -470,6 +470,7 @@ function M.session_state(h)
 end
 
 function M.resume(state)
+  require("sbx.claims").resume("bwrap", state)   -- an owned dir, a cgroup: sbxlua's own only
   if type(state.dir) ~= "string" then
     fail("ConfigError", "session state for bwrap has no 'dir'", "resume")
   end
@@ -515,6 +516,7 @@ end
 
 ---Destroy what a dead session left, from its journal entry or a listing.
 function M.reap(entry)
+  entry = require("sbx.claims").reap_entry("bwrap", entry)   -- no path or cgroup the journal merely claims
   local st = entry.state or {}
   local dir = st.dir or entry.dir
   local cg = st.cg

@@ -85,6 +85,7 @@ function M.session_state(h)
 end
 
 function M.resume(state)
+  require("sbx.claims").resume("local", state)   -- an owned dir, a cgroup: sbxlua's own only
   if type(state.dir) ~= "string" then
     errors.raise("ConfigError", "session state for local has no 'dir'", { backend = "local", op = "resume" })
   end
@@ -131,6 +132,7 @@ end
 
 ---Destroy what a dead session left, from its journal entry or a listing.
 function M.reap(entry)
+  entry = require("sbx.claims").reap_entry("local", entry)   -- no path or cgroup the journal merely claims
   local st = entry.state or {}
   local dir = st.dir or entry.dir
   local cg = st.cg

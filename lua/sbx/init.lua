@@ -95,7 +95,7 @@ local function create_on(name, opts, lease)
   local okc, h = pcall(p.create, spec)
   if not okc then
     owner.record{ event = "destroy", id = id, failed = true }
-    if errors.is(h, "SandboxError") then error(h, 0) end
+    if errors.is(h, "SandboxError") or errors.is(h, "Cancelled") then error(h, 0) end
     errors.raise("SandboxCreationError", name .. ": " .. tostring(h), { backend = name, op = "create" })
   end
   local tracked = router.track(p, name, opts, lease, { id = id, session = s.id })

@@ -412,7 +412,8 @@ local function attempt(name, opts, create_on, lease)
   health.in_flight(name, -1)
   local ms = (loop.now() - t0) * 1000
   local class = not ok and M.classify(res) or nil
-  if not ok and errors.is(res, "Cancelled") then
+  if not ok and errors.is(res, "Cancelled") then   -- not the provider's failure: no breaker charge
+    health.breaker_result(name, false, "cancelled")  -- (a half-open trial is over)
     if lease then lease:release() end
     error(res, 0)
   end

@@ -179,6 +179,7 @@ local function q(s) return http.escape(s) end
 function M.available()
   local ok, err = pcall(connect)
   if ok then return true end
+  if errors.is(err, "Cancelled") then error(err, 0) end   -- the caller's, not the engine's
   return false, type(err) == "table" and err.message or tostring(err)
 end
 
@@ -340,6 +341,21 @@ end
 
 local open_into     -- below, with the agent link
 
+-- fn() in a task of its own, so that a cancel of the caller does not cut
+-- the call short: the caller waits for its answer (bounded by the call's
+-- own deadline), then raises the Cancelled. For the engine's create, whose
+-- container could otherwise appear after the delete that undoes it.
+local function shielded(fn)
+  local t = loop.spawn(fn)
+  local jok, ok, res = pcall(t.join, t)
+  if not jok then
+    t:join()
+    error(ok, 0)
+  end
+  if not ok then error(res, 0) end
+  return res
+end
+
 ---@param spec table id, session, ttl, labels, image, cpu, memory_mb, allow_internet, snapshot_id, backend_options
 function M.create(spec)
   connect()
@@ -356,26 +372,27 @@ function M.create(spec)
   end
   spec.agent_volume, spec.agent_path = ensure_agent_volume(image)
   local body = create_body(spec)
-  local path = "/containers/create?name=" .. q("sbxlua-" .. spec.id)
-  local res = call("POST", path, { op = "create", body = body, timeout = 120 })
-  res = expect(res, { 201 }, { op = "create", kind = "SandboxCreationError",
-                               bad_request = "SandboxCreationError", conflict = "SandboxCreationError" })
-  res.json = json.decode(res.body)
-  local okid, cid = pcall(field, res, "Id", "string", { op = "create", kind = "SandboxCreationError" })
-  if not okid then    -- the container may exist all the same: it has our name
-    pcall(remove_container, "sbxlua-" .. spec.id)
-    error(cid, 0)
-  end
-  local h = { cid = cid, id = spec.id, session = spec.session, agent = spec.agent_path }
+  local name = "sbxlua-" .. spec.id
+  local cid
+  -- From the create call on, a failure or a cancel undoes the create: the
+  -- container may exist even when its reply was lost (it has our name).
   local ok, err = pcall(function()
+    local res = shielded(function()
+      return call("POST", "/containers/create?name=" .. q(name), { op = "create", body = body, timeout = 120 })
+    end)
+    res = expect(res, { 201 }, { op = "create", kind = "SandboxCreationError",
+                                 bad_request = "SandboxCreationError", conflict = "SandboxCreationError" })
+    res.json = json.decode(res.body)
+    cid = field(res, "Id", "string", { op = "create", kind = "SandboxCreationError" })
     api("POST", "/containers/" .. cid .. "/start", { 204, 304 }, { op = "create", kind = "SandboxCreationError",
         bad_request = "SandboxCreationError", conflict = "SandboxCreationError" })
   end)
   if not ok then
-    pcall(remove_container, cid)
-    if errors.is(err, "SandboxError") then error(err, 0) end
+    pcall(remove_container, cid or name)
+    if errors.is(err, "SandboxError") or errors.is(err, "Cancelled") then error(err, 0) end
     fail("SandboxCreationError", "create: " .. tostring(err), { op = "create" })
   end
+  local h = { cid = cid, id = spec.id, session = spec.session, agent = spec.agent_path }
   -- the agent starts meanwhile: create does not wait for it (an engine exec
   -- costs ~40 ms), the first operation does if it comes sooner
   if mode() ~= "engine" then h.opener = loop.spawn(open_into, h) end

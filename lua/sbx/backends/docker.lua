@@ -11,6 +11,7 @@ local tar = require "sbx.tar"
 local demux = require "sbx.demux"
 local json = require "cjson.safe"
 local loop = require "sbx.loop"
+local meter = require "sbx.meter"
 local errors = require "sbx.errors"
 local owner = require "sbx.owner"
 local paths = require "sbx.paths"
@@ -26,7 +27,7 @@ M.RUNDIR = "/.sbx/run"
 -- package managers and ordinary tools running as root inside.
 M.CAPS = { "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
            "NET_BIND_SERVICE" }
-M.DEFAULTS = { cpu = 1, memory_mb = 2048, pids = 1024 }
+M.DEFAULTS = { pids = 1024 }
 
 M.descriptor = {
   name = "docker",
@@ -36,6 +37,9 @@ M.descriptor = {
   options = { image = true, cpu = true, memory_mb = true, allow_internet = true,
               snapshot_id = true, backend_options = true },
   price = { per_hour = 0, per_vcpu_hour = 0, per_gib_hour = 0 },
+  -- what a container gets when the request names no cpu/memory_mb: the
+  -- create, the meter's ledger and the price displays all read this
+  defaults = { cpu = 1, memory_mb = 2048 },
   regions = {},
   limits = {},
 }
@@ -300,7 +304,8 @@ local function ensure_agent_volume(image)
 end
 
 local function create_body(spec)
-  local mem = math.floor((spec.memory_mb or M.DEFAULTS.memory_mb) * 1024 * 1024)
+  local cpu, mb = meter.resources(spec, M.descriptor.defaults)
+  local mem = math.floor(mb * 1024 * 1024)
   local labels = {
     ["sbxlua.host"] = owner.hostname(), ["sbxlua.session"] = spec.session,
     ["sbxlua.created"] = tostring(os.time()), ["sbxlua.ttl"] = tostring(spec.ttl or 3600),
@@ -315,7 +320,7 @@ local function create_body(spec)
     HostConfig = {
       CapDrop = { "ALL" }, CapAdd = M.CAPS, SecurityOpt = { "no-new-privileges" },
       PidsLimit = M.DEFAULTS.pids, Memory = mem, MemorySwap = mem,
-      NanoCpus = math.floor((spec.cpu or M.DEFAULTS.cpu) * 1e9), Init = true,
+      NanoCpus = math.floor(cpu * 1e9), Init = true,
       LogConfig = { Type = "json-file", Config = { ["max-size"] = "1m", ["max-file"] = "1" } },
       NetworkMode = spec.allow_internet == false and "none" or nil,
       Mounts = { { Type = "volume", Source = spec.agent_volume, Target = M.AGENT_DIR, ReadOnly = true } },

@@ -12,6 +12,7 @@ local demux = require "sbx.demux"
 local json = require "cjson.safe"
 local loop = require "sbx.loop"
 local meter = require "sbx.meter"
+local fs = require "sbx.fs"
 local errors = require "sbx.errors"
 local owner = require "sbx.owner"
 local paths = require "sbx.paths"
@@ -894,27 +895,101 @@ function M.write_file(h, path, data)
         bad_request = "PathError", timeout = 300 })
 end
 
+-- A file of the state directory that data from the sandbox goes through
+-- when it is too big to gather in memory piece by piece: add(chunk), then
+-- path() (for tar) or read(max), and close() (removes it; idempotent).
+local function spool(h, op)
+  local dir = owner.state_dir() .. "/spool"
+  local made, merr = fs.mkdir_host(dir)
+  local root = made and fs.open_root(dir)
+  if not root then fail("SandboxExecutionError", op .. ": spool: " .. tostring(merr), { op = op }) end
+  local name, first = h.id .. "-" .. hex(6), true
+  local sp = {}
+  function sp.add(chunk)
+    local ok, err = (first and root.write or root.append)(root, name, chunk)
+    if not ok then fail("SandboxExecutionError", op .. ": spool: " .. tostring(err), { op = op }) end
+    first = false
+  end
+  function sp.path()
+    if first then sp.add("") end
+    return dir .. "/" .. name
+  end
+  function sp.read(max)
+    if first then return "" end
+    local data, err = root:read(name, max)
+    if not data then fail("SandboxExecutionError", op .. ": spool: " .. tostring(err), { op = op }) end
+    return data
+  end
+  function sp.close()
+    if not root then return end
+    root:remove(name)
+    root:close()
+    root = nil
+  end
+  return sp
+end
+
+M.SPOOL_ABOVE = 4 * 1024 * 1024   -- read_file: bigger files come through a spool file
+
+local function too_big(p, max)
+  fail("SandboxExecutionError", "read_file: " .. p .. " is larger than the cap of " .. max .. " bytes",
+       { op = "read_file", code = "ETOOBIG" })
+end
+
+---A file's data, its size cap checked before any of it is gathered; a big
+---one peaks at twice its size (the gathered bytes, and the string Lua
+---makes of them), not at a multiple of frames, buffers and copies.
 function M.read_file(h, path, max)
   local p = abs(path, "read_file")
   max = max or 256 * 1024 * 1024
   local link = link_of(h)
   if link then
-    local data, errno, msg = link:read_file(p, max)
-    if not data and errno == 27 then
-      fail("SandboxExecutionError", "read_file: " .. p .. " is larger than the cap of " .. max .. " bytes",
-           { op = "read_file", code = "ETOOBIG" })
+    local st = link:stat(p)              -- nil: read_file says why
+    if st and st.type == "file" and st.size > max then too_big(p, max) end
+    local data, errno, msg
+    if st and st.type == "file" and st.size > M.SPOOL_ABOVE then
+      local sp = spool(h, "read_file")
+      local ok, err = pcall(function()
+        data, errno, msg = link:read_to(p, max, sp.add)
+        if data then data = sp.read(max) end
+      end)
+      sp.close()
+      if not ok then error(err, 0) end
+    else
+      data, errno, msg = link:read_file(p, max)
     end
+    if not data and errno == 27 then too_big(p, max) end
     if not data then file_error("read_file", p, errno, msg) end
     return data
   end
-  local res = api("GET", "/containers/" .. q(h.cid) .. "/archive?path=" .. q(p), { 200 },
-                  { op = "read_file", not_found = "FileNotFoundError", bad_request = "PathError",
-                    max_body = max + 1024 * 1024, timeout = 300 })
-  if res.truncated then
-    fail("SandboxExecutionError", "read_file: " .. p .. " is larger than the cap of " .. max .. " bytes",
-         { op = "read_file", code = "ETOOBIG" })
-  end
-  local data, err, code = tar.read_one(res.body, { max_bytes = max })
+  local sp = spool(h, "read_file")
+  local ok, data, err, code = pcall(function()
+    local res = call("GET", "/containers/" .. q(h.cid) .. "/archive?path=" .. q(p),
+                     { op = "read_file", stream = true, timeout = 300 })
+    local rok, rerr = pcall(function()
+      if res.status ~= 200 then
+        local body = res:read() or ""
+        expect({ status = res.status, headers = res.headers, body = body }, { 200 },
+               { op = "read_file", not_found = "FileNotFoundError", bad_request = "PathError" })
+      end
+      local n = 0
+      while true do
+        local chunk, cerr = res:read()
+        if not chunk then
+          if cerr then fail("SandboxExecutionError", "read_file: " .. tostring(cerr), { op = "read_file", retryable = true }) end
+          break
+        end
+        n = n + #chunk
+        if n > max + 1024 * 1024 then too_big(p, max) end   -- headers and padding aside
+        sp.add(chunk)
+      end
+    end)
+    res:close()
+    if not rok then error(rerr, 0) end
+    return tar.read_one(nil, { file = sp.path(), max_bytes = max })
+  end)
+  sp.close()
+  if not ok then error(data, 0) end
   if not data then
     if code == "EISDIR" then fail("PathError", "read_file: " .. p .. " is a directory", { op = "read_file" }) end
     if code == "ETOOBIG" then fail("SandboxExecutionError", "read_file: " .. err, { op = "read_file", code = code }) end
@@ -956,13 +1031,46 @@ function M.list_files(h, path)
   return list
 end
 
----Write a tree of entries under dir: one archive upload.
+M.MAX_TREE_BYTES = 1 << 36     -- a download_dir archive spooled to disk stops here (64 GiB)
+M.MAX_ARCHIVE_UPLOAD = 1 << 30 -- upload_dir without the agent: one archive in memory
+
+---Write a tree of host entries (transfer.read_host_tree) under dir: through
+---the agent link a chunk at a time; without it, one archive upload.
 function M.put_tree(h, dir, entries)
+  local transfer = require "sbx.transfer"
   local p = abs(dir, "upload_dir")
   M.mkdir(h, p)
-  local list = {}
+  local link = link_of(h)
+  if link then
+    for _, e in ipairs(entries) do
+      local dest = p .. "/" .. e.path
+      if e.type == "dir" then
+        M.mkdir(h, dest)
+      elseif e.type == "file" then
+        local ok, errno, msg = link:write_stream(dest, e.mode or tonumber("644", 8), transfer.chunks(e))
+        if not ok then file_error("upload_dir", dest, errno, msg) end
+      end
+    end
+    return
+  end
+  local list, total = {}, 0
   for _, e in ipairs(entries) do
-    list[#list + 1] = { path = e.path, type = e.type, data = e.data, mode = e.mode }
+    if e.type == "file" then
+      total = total + (e.size or 0)
+      if total > M.MAX_ARCHIVE_UPLOAD then
+        fail("SandboxExecutionError", "upload_dir: more than " .. M.MAX_ARCHIVE_UPLOAD
+             .. " bytes without the agent link (one archive in memory)", { op = "upload_dir", code = "ETOOBIG" })
+      end
+    end
+  end
+  for _, e in ipairs(entries) do
+    local data
+    if e.type == "file" then
+      local parts = {}
+      for _, chunk in transfer.chunks(e) do parts[#parts + 1] = chunk end
+      data = table.concat(parts)
+    end
+    list[#list + 1] = { path = e.path, type = e.type, data = data, mode = e.mode }
   end
   if #list == 0 then return end
   local archive, err = tar.pack(list)
@@ -972,35 +1080,84 @@ function M.put_tree(h, dir, entries)
         not_found = "FileNotFoundError", bad_request = "PathError", timeout = 600 })
 end
 
----The tree under dir from one archive download, read as hostile: entries
----relative to dir, and the rejected ones.
+-- The engine's archive of p, written to a spool file as it arrives (its
+-- size costs no memory); returns the spool (path(), close()).
+local function spool_archive(h, p, op)
+  local res = call("GET", "/containers/" .. q(h.cid) .. "/archive?path=" .. q(p),
+                   { op = op, stream = true, timeout = 600 })
+  local sp
+  local ok, err = pcall(function()
+    if res.status ~= 200 then            -- the engine's message: a small body
+      local body = res:read() or ""
+      expect({ status = res.status, headers = res.headers, body = body }, { 200 },
+             { op = op, not_found = "FileNotFoundError", bad_request = "PathError" })
+    end
+    sp = spool(h, op)
+    local n = 0
+    while true do
+      local chunk, rerr = res:read()
+      if not chunk then
+        if rerr then fail("SandboxExecutionError", op .. ": " .. tostring(rerr), { op = op, retryable = true }) end
+        break
+      end
+      n = n + #chunk
+      if n > M.MAX_TREE_BYTES then
+        fail("SandboxExecutionError", op .. ": " .. p .. " is larger than " .. M.MAX_TREE_BYTES .. " bytes",
+             { op = op, code = "ETOOBIG" })
+      end
+      sp.add(chunk)
+    end
+    sp.size = n
+  end)
+  res:close()
+  if not ok then
+    if sp then sp.close() end
+    error(err, 0)
+  end
+  return sp
+end
+
+---The tree under dir from one archive download, spooled to disk and read
+---twice as hostile: first its entries (entries relative to dir, and the
+---rejected ones), then, through the returned stream, its file data.
 function M.get_tree(h, dir)
   local p = abs(dir, "download_dir")
-  local res = api("GET", "/containers/" .. q(h.cid) .. "/archive?path=" .. q(p), { 200 },
-                  { op = "download_dir", not_found = "FileNotFoundError", bad_request = "PathError",
-                    max_body = 1024 * 1024 * 1024 + 1, timeout = 600 })
-  if res.truncated then
-    fail("SandboxExecutionError", "download_dir: " .. p .. " is larger than 1 GiB", { op = "download_dir" })
-  end
-  local entries, rejected = tar.extract(res.body, { skip_unsafe = true, max_bytes = 1024 * 1024 * 1024 })
-  if not entries then fail("SandboxExecutionError", "download_dir: " .. tostring(rejected), { op = "download_dir" }) end
-  local base = p == "/" and "" or p:match("[^/]+$")
-  local out = {}
-  rejected = rejected or {}
-  for _, e in ipairs(entries) do
-    local rel = base == "" and e.path or (e.path == base and "" or e.path:match("^" .. base:gsub("%p", "%%%0") .. "/(.*)$"))
-    if rel == nil then
-      rejected[#rejected + 1] = { path = e.path, reason = "outside the requested directory" }
-    elseif rel ~= "" then
-      -- `escapes` is judged from the archive's root, the parent of `dir`
-      if e.type == "symlink" and (e.escapes or paths.link_escapes(rel, e.target or "")) then
-        rejected[#rejected + 1] = { path = rel, reason = "symlink out of the directory" }
-      else
-        out[#out + 1] = { path = rel, type = e.type == "dir" and "dir" or e.type, data = e.data, mode = e.mode }
+  local sp = spool_archive(h, p, "download_dir")
+  local file = sp.path()
+  local ok, out, rejected, map = pcall(function()
+    -- no tree holds more data than its archive: a bigger size is a lie
+    local entries, rej = tar.extract(nil, { file = file, skip_unsafe = true, data = false,
+                                            max_bytes = sp.size })
+    if not entries then fail("SandboxExecutionError", "download_dir: " .. tostring(rej), { op = "download_dir" }) end
+    local base = p == "/" and "" or p:match("[^/]+$")
+    local res, by = {}, {}
+    rej = rej or {}
+    for _, e in ipairs(entries) do
+      local rel = base == "" and e.path or (e.path == base and "" or e.path:match("^" .. base:gsub("%p", "%%%0") .. "/(.*)$"))
+      if rel == nil then
+        rej[#rej + 1] = { path = e.path, reason = "outside the requested directory" }
+      elseif rel ~= "" then
+        -- `escapes` is judged from the archive's root, the parent of `dir`
+        if e.type == "symlink" and (e.escapes or paths.link_escapes(rel, e.target or "")) then
+          rej[#rej + 1] = { path = rel, reason = "symlink out of the directory" }
+        else
+          res[#res + 1] = { path = rel, type = e.type, mode = e.mode }
+          if e.type == "file" then by[e.path] = rel end
+        end
       end
     end
-  end
-  return out, rejected
+    return res, rej, by
+  end)
+  if not ok then sp.close() error(out, 0) end
+  local stream = {
+    run = function(sink)
+      local done, err = tar.extract(nil, { file = file, skip_unsafe = true, max_bytes = sp.size,
+        sink = function(ap, chunk) local rel = map[ap] if rel then sink(rel, chunk) end end })
+      if not done then fail("SandboxExecutionError", "download_dir: " .. tostring(err), { op = "download_dir" }) end
+    end,
+    close = sp.close,
+  }
+  return out, rejected, stream
 end
 
 function M.mkdir(h, path)

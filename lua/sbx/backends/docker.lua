@@ -249,12 +249,20 @@ local agent_hash = agentlink.hash
 -- `current` naming a complete one: an upload cut short (its sbxlua killed,
 -- the engine restarted) can never leave a partial agent under the name the
 -- containers run, even while another process fills the same volume.
-local function read_current(cid)
+local function read_current(cid, size)
   local res = call("GET", "/containers/" .. q(cid) .. "/archive?path=" .. q(M.AGENT_DIR .. "/current"),
                    { op = "create", timeout = 60, max_body = 65536 })
   if res.status ~= 200 then return nil end
   local name = tar.read_one(res.body or "", { max_bytes = 256 })
-  return type(name) == "string" and name:match("^sbx%-agent%-%x+$") or nil
+  name = type(name) == "string" and name:match("^sbx%-agent%-%x+$") or nil
+  if not name then return nil end
+  -- the file it names must be there, whole (a volume another process or a
+  -- gc damaged is filled again rather than handed to every container)
+  local got = call("GET", "/containers/" .. q(cid) .. "/archive?path=" .. q(M.AGENT_DIR .. "/" .. name),
+                   { op = "create", timeout = 60, max_body = size + 65536 })
+  local list = got.status == 200 and not got.truncated and tar.list(got.body or "")
+  if not (list and #list == 1 and list[1].type == "file" and list[1].size == size) then return nil end
+  return name
 end
 
 ---The volume holding this build's sbx-agent, filled through a helper
@@ -286,7 +294,7 @@ local function ensure_agent_volume(image)
              HostConfig = { Mounts = { { Type = "volume", Source = name, Target = M.AGENT_DIR } } } } })
   local cid = field(res, "Id", "string", { op = "create", kind = "SandboxCreationError" })
   local ok, file = pcall(function()
-    local have = read_current(cid)
+    local have = read_current(cid, #blob)
     if have then return have end
     local file = "sbx-agent-" .. agent_hash(blob) .. hex(6)
     for _, entry in ipairs{ { path = file, data = blob, mode = tonumber("755", 8) },

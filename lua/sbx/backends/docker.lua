@@ -469,6 +469,11 @@ function M.reap(entry)
     end
   end
   if cid then remove_container(cid) end
+  -- a transfer's spool files (a SIGKILLed sbxlua leaves them): <id>-<hex>
+  local dir = owner.state_dir() .. "/spool"
+  for _, name in ipairs(entry.id and fs.list_host(dir) or {}) do
+    if name:sub(1, #entry.id + 1) == entry.id .. "-" then os.remove(dir .. "/" .. name) end
+  end
 end
 
 function M.snapshot(h)

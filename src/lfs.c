@@ -442,6 +442,38 @@ static int root_read(lua_State *L) {
   return read_box(L, bx, "read", path, max);
 }
 
+/* Open rel (normalized; modified and restored) beneath rootfd to write:
+** parents made, a regular file only, truncated and given `mode` unless
+** `append` (set_mode: the caller named a mode). The fd, or -1 and *err. */
+static int put_open(int rootfd, char *rel, int append, int mode, int set_mode,
+                    int *err) {
+  int fd;
+  if (*rel == '\0') { *err = EISDIR; return -1; }
+  char *slash = strrchr(rel, '/');
+  if (slash) {  /* mkdir -p the parent */
+    *slash = '\0';
+    fd = mkdir_p(rootfd, rel, err);
+    *slash = '/';
+    if (fd < 0) return -1;
+    close(fd);
+  }
+  if ((*err = check_regular(rootfd, rel)) != 0) return -1;
+  fd = beneath(rootfd, rel, O_WRONLY | O_CREAT | O_NONBLOCK | O_NOCTTY |
+               (append ? O_APPEND : 0), mode, err);
+  if (fd < 0) {
+    if (*err == ENXIO) *err = E_NOTREG;
+    return -1;
+  }
+  struct stat st;
+  if (fstat(fd, &st) < 0) *err = errno;
+  else if (!S_ISREG(st.st_mode)) *err = E_NOTREG;
+  else if (!append && ftruncate(fd, 0) < 0) *err = errno;
+  else if (!append && set_mode && fchmod(fd, (mode_t)mode) < 0) *err = errno;
+  else return fd;
+  close(fd);
+  return -1;
+}
+
 /* Shared by write and append. */
 static int root_put(lua_State *L, const char *op, int append) {
   char rel[PATH_MAX];
@@ -453,26 +485,9 @@ static int root_put(lua_State *L, const char *op, int append) {
   lua_Integer mode = append ? 0644 : luaL_optinteger(L, 4, 0644);
   luaL_argcheck(L, mode >= 0 && mode <= 07777, 4, "invalid mode");
   if (err) return fs_fail(L, op, path, err);
-  if (*rel == '\0') return fs_fail(L, op, path, EISDIR);
-  char *slash = strrchr(rel, '/');
-  if (slash) {  /* mkdir -p the parent */
-    *slash = '\0';
-    fd = mkdir_p(r->fd, rel, &err);
-    *slash = '/';
-    if (fd < 0) return fs_fail(L, op, path, err);
-    close(fd);
-  }
-  if ((err = check_regular(r->fd, rel)) != 0) return fs_fail(L, op, path, err);
-  fd = beneath(r->fd, rel, O_WRONLY | O_CREAT | O_NONBLOCK | O_NOCTTY |
-               (append ? O_APPEND : 0), (int)mode, &err);
-  if (fd < 0) return fs_fail(L, op, path, err == ENXIO ? E_NOTREG : err);
-  struct stat st;
-  if (fstat(fd, &st) < 0) err = errno;
-  else if (!S_ISREG(st.st_mode)) err = E_NOTREG;
-  else if (!append && ftruncate(fd, 0) < 0) err = errno;
-  else if (!append && !lua_isnoneornil(L, 4) && fchmod(fd, (mode_t)mode) < 0)
-    err = errno;
-  if (!err) err = write_all(fd, data, len);
+  fd = put_open(r->fd, rel, append, (int)mode, !append && !lua_isnoneornil(L, 4), &err);
+  if (fd < 0) return fs_fail(L, op, path, err);
+  err = write_all(fd, data, len);
   close(fd);
   return err ? fs_fail(L, op, path, err) : fs_ok(L);
 }
@@ -485,6 +500,82 @@ static int root_write(lua_State *L) {
 /* root:append(path, data) -> true | nil, msg, code */
 static int root_append(lua_State *L) {
   return root_put(L, "append", 1);
+}
+
+/* root:read_at(path, offset, len) -> data (shorter at the end; "" past
+** it) | nil, msg, code: a regular file read a piece at a time */
+static int root_read_at(lua_State *L) {
+  char rel[PATH_MAX];
+  const char *path;
+  Root *r = check_root(L);
+  int err = root_arg(L, rel, &path);
+  lua_Integer off = luaL_checkinteger(L, 3), len = luaL_checkinteger(L, 4);
+  luaL_argcheck(L, off >= 0, 3, "negative offset");
+  luaL_argcheck(L, len >= 0 && len <= (64 << 20), 4, "length out of 0..64 MiB");
+  if (err || (err = check_regular(r->fd, rel)) != 0)
+    return fs_fail(L, "read", path, err);
+  Box *bx = box_new(L);
+  bx->fd = beneath(r->fd, rel, O_RDONLY | O_NONBLOCK | O_NOCTTY, 0, &err);
+  if (bx->fd < 0) return fs_fail(L, "read", path, err);
+  struct stat st;
+  if (fstat(bx->fd, &st) < 0) return box_fail(L, bx, "read", path, errno);
+  if (!S_ISREG(st.st_mode)) return box_fail(L, bx, "read", path, E_NOTREG);
+  if (st.st_size - off < len) len = st.st_size > off ? st.st_size - off : 0;
+  luaL_Buffer b;
+  size_t got = 0;
+  char *p = luaL_buffinitsize(L, &b, (size_t)len);
+  while (got < (size_t)len) {
+    ssize_t n = pread(bx->fd, p + got, (size_t)len - got, (off_t)(off + (lua_Integer)got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) { err = errno; break; }
+    if (n == 0) break;
+    got += (size_t)n;
+  }
+  if (err) return box_fail(L, bx, "read", path, err);
+  luaL_pushresultsize(&b, got);
+  box_release(bx);
+  return 1;
+}
+
+/* root:copy(path, dst_root, dst_path, [mode]) -> bytes | nil, msg, code:
+** a regular file to another root (parents made) through one small
+** buffer, whatever its size; neither side follows a link out */
+static int root_copy(lua_State *L) {
+  char rel[PATH_MAX], drel[PATH_MAX], buf[64 * 1024];
+  const char *path, *dpath;
+  size_t dlen;
+  Root *r = check_root(L);
+  Root *d = luaL_checkudata(L, 3, "sbx.Root");
+  int err = root_arg(L, rel, &path), fd;
+  dpath = luaL_checklstring(L, 4, &dlen);
+  lua_Integer mode = luaL_optinteger(L, 5, 0644);
+  luaL_argcheck(L, d->fd >= 0, 3, "closed sbx.Root");
+  luaL_argcheck(L, mode >= 0 && mode <= 07777, 5, "invalid mode");
+  if (err || (err = check_regular(r->fd, rel)) != 0)
+    return fs_fail(L, "copy", path, err);
+  if ((err = norm_path(dpath, dlen, drel)) != 0) return fs_fail(L, "copy", dpath, err);
+  Box *bx = box_new(L);             /* the source */
+  bx->fd = beneath(r->fd, rel, O_RDONLY | O_NONBLOCK | O_NOCTTY, 0, &err);
+  if (bx->fd < 0) return fs_fail(L, "copy", path, err);
+  struct stat st;
+  if (fstat(bx->fd, &st) < 0) return box_fail(L, bx, "copy", path, errno);
+  if (!S_ISREG(st.st_mode)) return box_fail(L, bx, "copy", path, E_NOTREG);
+  fd = put_open(d->fd, drel, 0, (int)mode, 1, &err);
+  if (fd < 0) return box_fail(L, bx, "copy", dpath, err);
+  lua_Integer total = 0;
+  for (;;) {
+    ssize_t n = read(bx->fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) { err = errno; break; }
+    if (n == 0) break;
+    if ((err = write_all(fd, buf, (size_t)n)) != 0) break;
+    total += n;
+  }
+  if (close(fd) < 0 && !err) err = errno;
+  if (err) return box_fail(L, bx, "copy", dpath, err);
+  box_release(bx);
+  lua_pushinteger(L, total);
+  return 1;
 }
 
 /* root:list(path) -> { {name, path, is_dir, size, mtime, type}, ... } */
@@ -923,6 +1014,7 @@ static void new_type(lua_State *L, const char *name, const luaL_Reg *methods,
 
 static const luaL_Reg root_methods[] = {
   {"read", root_read}, {"write", root_write}, {"append", root_append},
+  {"read_at", root_read_at}, {"copy", root_copy},
   {"list", root_list}, {"stat", root_stat}, {"mkdir", root_mkdir},
   {"remove", root_remove}, {"resolve", root_resolve}, {"path", root_path},
   {"close", root_close}, {NULL, NULL}

@@ -228,8 +228,9 @@ static sbx_task *dequeue(sbx_loop *lp) {
 
 void sbx_wake(sbx_loop *lp, sbx_waiter *w) {
   sbx_task *t = w->task;
-  w->done = 1;
   w->task = NULL;
+  if (w->cancelled) return;     /* the continuation must raise Cancelled */
+  w->done = 1;
   if (t && t->state == T_WAITING && t->waiting == w) {
     t->waiting = NULL;
     enqueue(lp, t);
@@ -447,6 +448,7 @@ static int task_cancel(lua_State *L) {
   t->cancel = C_REQUESTED;
   if (t->state == T_WAITING) {
     t->cancel = C_DELIVERED;    /* its continuation raises on resume */
+    t->waiting->cancelled = 1;  /* even if the event comes before it runs */
     sbx_unwait(t->lp, t->waiting);
     t->waiting = NULL;
     enqueue(t->lp, t);

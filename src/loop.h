@@ -29,6 +29,7 @@ typedef struct sbx_timer {
 /* Something a task (or an inline caller) is waiting for. */
 typedef struct sbx_waiter {
   int done;
+  int cancelled;                /* its task was cancelled: a wake is ignored */
   sbx_task *task;               /* set while a task is suspended on it */
   struct sbx_waiter *next;      /* for lists of joiners */
 } sbx_waiter;

@@ -63,6 +63,7 @@ typedef struct proc {
   sbx_timer tm;
   double start, end;
   char *cgroup;                    /* this command's own cgroup, or NULL */
+  int cg_killed;                   /* cgroup.kill went through it: never reused */
   chunk *qhead, *qtail;
   size_t qbytes;
   sbx_waiter *waiters;             /* woken on every change of state */
@@ -118,8 +119,13 @@ static void unanchor(proc *p) {
   }
 }
 
+/* A cgroup that went through cgroup.kill is never handed to another
+** command: some kernels kill every child later cloned into it. */
 static void kill_tree(proc *p, int sig) {
-  if (p->cgroup && sig == SIGKILL && sbx_cgroup_kill(p->cgroup) == 0) return;
+  if (p->cgroup && sig == SIGKILL && sbx_cgroup_kill(p->cgroup) == 0) {
+    p->cg_killed = 1;
+    return;
+  }
   if (!p->exited) sbx_kill_tree(p->pid, sig);
 }
 
@@ -258,7 +264,7 @@ static void after_exit(proc *p) {
   stdin_close(p);
   /* Daemons the command left behind keep its cgroup busy: they live on
   ** in the sandbox's cgroup until the sandbox is destroyed. */
-  if (p->timed_out && p->cgroup) {   /* its members may still be dying */
+  if ((p->timed_out || p->cg_killed) && p->cgroup) {   /* members may still be dying */
     sbx_cgroup_remove(p->cgroup, 1);
     free(p->cgroup);
   } else {

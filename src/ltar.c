@@ -1,6 +1,8 @@
 /*
-** sbx.tar: uncompressed tar archives built and read in memory (libarchive).
-** This module never touches the host file system.
+** sbx.tar: uncompressed tar archives built and read in memory (libarchive),
+** or read from a host file (opts.file: an archive received from a sandbox,
+** spooled to disk so that its size costs no memory). Entry data goes into
+** the result, or piece by piece to opts.sink, or nowhere (data = false).
 **
 ** pack() writes POSIX pax/ustar ("pax restricted": plain ustar headers
 ** unless a name or number needs an extended header) from trusted entries.
@@ -44,6 +46,7 @@
 /* The libarchive functions used here: ar.<name> is archive_<name>. */
 #define ARCHIVE_FUNCS(X) \
   X(read_new) X(read_support_format_tar) X(read_open_memory) \
+  X(read_open_filename) \
   X(read_next_header) X(read_data) X(read_free) X(write_new) \
   X(write_set_format_pax_restricted) X(write_set_bytes_per_block) \
   X(write_open) X(write_header) X(write_data) X(write_close) X(write_free) \
@@ -102,6 +105,7 @@ typedef struct {
   char *out;                  /* pack: the archive being written */
   size_t len, cap;
   uint64_t *set;              /* read: hashes of symlink paths (0 = empty) */
+  char *chunk;                /* read with a sink: one piece of entry data */
   size_t setn, setcap;
   uint64_t seed;
 } tar_box;
@@ -119,6 +123,8 @@ static void box_close(tar_box *bx) {
   bx->out = NULL;
   free(bx->set);
   bx->set = NULL;
+  free(bx->chunk);
+  bx->chunk = NULL;
 }
 
 static int box_gc(lua_State *L) {
@@ -720,13 +726,15 @@ typedef struct {
   const char *op;
   int mode;
   lua_Integer max_entries, max_bytes, max_entry, total;
-  int skip_unsafe, allow_hardlinks, strict;
+  int skip_unsafe, allow_hardlinks, strict, sink;
   size_t alen;
 } rd_ctx;
 
+#define SINK_CHUNK (256 * 1024)     /* entry data handed to a sink at once */
+
 static const char *const read_known[] = {"max_entries", "max_bytes",
   "max_entry", "skip_unsafe", "allow_hardlinks", "strict_duplicates", "only",
-  NULL};
+  "file", "sink", "data", NULL};
 
 static int kind_of(struct archive_entry *e) {
   if (ar.entry_hardlink(e) || ar.entry_hardlink_utf8(e))
@@ -780,6 +788,27 @@ static int read_data(lua_State *L, rd_ctx *c, struct archive *a,
     got += (size_t)n;
   }
   luaL_pushresult(&b);
+  return 0;
+}
+
+/* Hand the current entry's data (size bytes) to opts.sink(path, chunk) a
+** piece at a time; 0, or 3 with a failure. The sink may raise. */
+static int sink_data(lua_State *L, rd_ctx *c, tar_box *bx, int P,
+                     la_int64_t size) {
+  la_int64_t got = 0;
+  if (!bx->chunk && !(bx->chunk = malloc(SINK_CHUNK)))
+    return sbx_fail(L, c->op, "out of memory", "ENOMEM");
+  while (got < size) {
+    size_t want = size - got < SINK_CHUNK ? (size_t)(size - got) : SINK_CHUNK;
+    la_ssize_t n = ar.read_data(bx->a, bx->chunk, want);
+    if (n < 0) return archive_fail(L, c->op, bx->a, "EPROTO");
+    if (n == 0) return sbx_fail(L, c->op, "truncated entry data", "EPROTO");
+    lua_getfield(L, R_OPTS, "sink");
+    lua_pushvalue(L, P);
+    lua_pushlstring(L, bx->chunk, (size_t)n);
+    lua_call(L, 2, 0);
+    got += n;
+  }
   return 0;
 }
 
@@ -867,7 +896,12 @@ static int read_entry(lua_State *L, rd_ctx *c, tar_box *bx,
         return sbx_fail(L, c->op, lua_tostring(L, -1), "ETOOBIG");
       }
       c->total += size;
-      if ((st = read_data(L, c, bx->a, size))) return st;
+      if (c->sink == 1) {                   /* data to the sink, none kept */
+        if ((st = sink_data(L, c, bx, P, size))) return st;
+        lua_pushinteger(L, (lua_Integer)size);
+      } else if (c->sink == 2) {
+        lua_pushinteger(L, (lua_Integer)size);   /* data = false: skipped */
+      } else if ((st = read_data(L, c, bx->a, size))) return st;
     } else {
       lua_pushnil(L);
     }                                       /* stack: path ... data */
@@ -906,7 +940,9 @@ static int read_entry(lua_State *L, rd_ctx *c, tar_box *bx,
       lua_pop(L, 1);
     }
     lua_rotate(L, -2, 1);                   /* stack: ... entry data */
-    if (!lua_isnil(L, -1)) {
+    if (lua_isinteger(L, -1)) {             /* a sink took it: its size */
+      lua_setfield(L, -2, "size");
+    } else if (!lua_isnil(L, -1)) {
       lua_Integer n = (lua_Integer)lua_rawlen(L, -1);
       lua_setfield(L, -2, "data");
       set_int(L, "size", n);
@@ -998,11 +1034,30 @@ static int tar_read(lua_State *L, int mode, const char *op) {
   rd_ctx c;
   tar_box *bx;
   struct archive_entry *e;
-  const char *arc = luaL_checklstring(L, 1, &c.alen), *s;
+  const char *arc = luaL_optlstring(L, 1, NULL, &c.alen), *s, *file = NULL;
   lua_Integer count = 0;
   size_t n;
   int r;
+  if (!arc) c.alen = SINK_CHUNK;            /* file: read_data's piece size */
   opts_arg(L, 2, read_known);
+  if (lua_getfield(L, 2, "file") != LUA_TNIL) {   /* kept alive by opts */
+    if (!lua_isstring(L, -1)) luaL_argerror(L, 2, "'file' must be a path");
+    file = lua_tostring(L, -1);
+  }
+  lua_pop(L, 1);
+  luaL_argcheck(L, (arc != NULL) != (file != NULL), 1,
+                "expected an archive string or opts.file, not both");
+  c.sink = 0;
+  if (lua_getfield(L, 2, "sink") != LUA_TNIL) {
+    luaL_argcheck(L, lua_isfunction(L, -1), 2, "'sink' must be a function");
+    c.sink = 1;
+  }
+  lua_pop(L, 1);
+  if (lua_getfield(L, 2, "data") != LUA_TNIL) {   /* data = false: sizes only */
+    luaL_argcheck(L, lua_isboolean(L, -1), 2, "'data' must be a boolean");
+    if (!lua_toboolean(L, -1) && !c.sink) c.sink = 2;
+  }
+  lua_pop(L, 1);
   c.op = op;
   c.mode = mode;
   c.total = 0;
@@ -1023,13 +1078,14 @@ static int tar_read(lua_State *L, int mode, const char *op) {
   lua_newtable(L);                          /* R_KINDS: path -> type */
   lua_newtable(L);                          /* R_SLOTS: path -> result index */
   lua_newtable(L);                          /* R_LINKS: path -> target */
-  if (c.alen > 0) {
+  if ((arc && c.alen > 0) || file) {
     if (!(bx->a = ar.read_new()))
       return sbx_fail(L, op, "out of memory", "ENOMEM");
     /* tar only, and no decompression filter: anything else is EPROTO */
     if (ar.read_support_format_tar(bx->a) != ARCHIVE_OK ||
-        ar.read_open_memory(bx->a, arc, c.alen) != ARCHIVE_OK)
-      return archive_fail(L, op, bx->a, "EPROTO");
+        (file ? ar.read_open_filename(bx->a, file, 64 * 1024)
+              : ar.read_open_memory(bx->a, arc, c.alen)) != ARCHIVE_OK)
+      return archive_fail(L, op, bx->a, file ? "EIO" : "EPROTO");
     while ((r = ar.read_next_header(bx->a, &e)) != ARCHIVE_EOF) {
       const char *raw;
       /* RETRY (a damaged header) is no better than FATAL here */
@@ -1066,6 +1122,8 @@ static int tar_list(lua_State *L) {
 /*
 ** tar.extract(archive, [opts]) -> {{path=, type=, mode=, data=, target=,
 **   ...}, ...}, rejected | nil, msg, code
+** archive may be nil with opts.file; with opts.sink (function(path, chunk))
+** or opts.data = false, file entries carry size= instead of data=.
 */
 static int tar_extract(lua_State *L) {
   int r = tar_read(L, M_EXTRACT, "tar.extract");

@@ -184,7 +184,12 @@ Op.__index = Op
 
 function Op:_on(f)
   if f.kind == "D" then
-    self.data[#self.data + 1] = f.payload
+    if self.sink then
+      local ok, err = pcall(self.sink, f.payload)
+      if not ok and not self.sink_err then self.sink_err = err end
+    else
+      self.data[#self.data + 1] = f.payload
+    end
   elseif f.kind == "Z" then
     self.errno, self.msg = wire.fields("Z", f.payload)
     self.done = true
@@ -201,19 +206,26 @@ end
 
 -- Send a request and wait for its Z: data, or nil, errno, message
 -- (errno -1: the agent refused the request; M.BROKEN: the link broke).
-function Link:_call(make)
-  local op = setmetatable({ link = self, data = {} }, Op)
+function Link:_call(make, sink)
+  local op = setmetatable({ link = self, data = {}, sink = sink }, Op)
   op.id = self:_id(op)
   local ok, err = self:_send(make(op.id))
   if not ok then return nil, M.BROKEN, err end
   while not op.done and self:_pump() do end
   if not op.done then op:_lost(self.broken or "closed") end
+  if op.sink_err then error(op.sink_err, 0) end
   if op.errno ~= 0 then return nil, op.errno, op.msg end
   return table.concat(op.data)
 end
 
 function Link:read_file(path, max)
   return self:_call(function(id) return wire.read(id, path, max) end)
+end
+
+---Read a file a frame at a time into sink(chunk), none of it kept here;
+---true | nil, errno, message. A sink that raises ends the read with its error.
+function Link:read_to(path, max, sink)
+  return self:_call(function(id) return wire.read(id, path, max) end, sink)
 end
 
 function Link:write_file(path, data, mode)
@@ -224,6 +236,20 @@ function Link:write_file(path, data, mode)
     if not ok then return nil, errno, msg end
     pos = pos + CHUNK
   until pos > #data
+  return true
+end
+
+---Write a file from an iterator of (offset, chunk) pieces (offset 0 first):
+---one piece on the link at a time, whatever the file's size.
+function Link:write_stream(path, mode, pieces)
+  for off, data in pieces do
+    for pos = 1, math.max(#data, 1), CHUNK do
+      local part = data:sub(pos, pos + CHUNK - 1)
+      local first = off == 0 and pos == 1
+      local ok, errno, msg = self:_call(function(id) return wire.write(id, path, part, mode, not first) end)
+      if not ok then return nil, errno, msg end
+    end
+  end
   return true
 end
 

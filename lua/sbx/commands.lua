@@ -44,7 +44,7 @@ function M.providers(o)
       local d = all[n]
       say(string.format("%-11s %-3s %-10s %s%s\n", n, d.available and "yes" or "no",
         d.isolation or "-", table.concat(d.capabilities or {}, ","),
-        d.available and string.format("  $%.2f/h", (d.price or {}).per_hour or 0)
+        d.available and string.format("  $%.4f/h", d.price_per_hour or 0)
                     or ("  (" .. tostring(d.reason) .. ")")))
     end
   end

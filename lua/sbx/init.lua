@@ -133,7 +133,7 @@ local function create_on(name, opts, lease)
   if not okc then
     -- spec.left: the backend could not remove what it made; the journal keeps it for gc
     if spec.left then owner.unfinished = true else owner.record{ event = "destroy", id = id, failed = true } end
-    if errors.is(h, "SandboxError") then error(h, 0) end
+    if errors.is(h, "SandboxError") or errors.is(h, "Cancelled") then error(h, 0) end
     errors.raise("SandboxCreationError", name .. ": " .. tostring(h), { backend = name, op = "create" })
   end
   local tracked = router.track(p, name, opts, lease, { id = id, session = s.id })

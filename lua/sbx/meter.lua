@@ -20,8 +20,17 @@ M.PRICES = {
 }
 local FIELDS = { "per_hour", "per_vcpu_hour", "per_gib_hour", "per_sandbox" }
 
--- Resources a request is priced at when it does not name them.
+-- Resources a request is priced at when it names none and its provider's
+-- descriptor has no `defaults` (what its sandboxes get unasked).
 M.DEFAULT_CPU, M.DEFAULT_MEMORY_MB = 1, 1024
+
+---The cpu and memory_mb a sandbox gets: the request's, else the provider's
+---descriptor defaults (the create uses the same), else the meter's.
+---@return number cpu, number memory_mb
+function M.resources(opts, defaults)
+  defaults = defaults or {}
+  return opts.cpu or defaults.cpu or M.DEFAULT_CPU, opts.memory_mb or defaults.memory_mb or M.DEFAULT_MEMORY_MB
+end
 
 ---The effective price table of a provider: config (whole) > built-in table > descriptor.
 ---@return table { per_hour, per_vcpu_hour, per_gib_hour, per_sandbox, source }
@@ -35,16 +44,16 @@ function M.price(name, desc_price)
   return p
 end
 
----Dollars per hour for the request's resources.
-function M.hourly(price, opts)
-  local cpu = opts.cpu or M.DEFAULT_CPU
-  local mem = (opts.memory_mb or M.DEFAULT_MEMORY_MB) / 1024
-  return (price.per_hour or 0) + (price.per_vcpu_hour or 0) * cpu + (price.per_gib_hour or 0) * mem
+---Dollars per hour for the request's resources (`defaults`: the provider's
+---descriptor defaults, for what the request does not name).
+function M.hourly(price, opts, defaults)
+  local cpu, mb = M.resources(opts, defaults)
+  return (price.per_hour or 0) + (price.per_vcpu_hour or 0) * cpu + (price.per_gib_hour or 0) * mb / 1024
 end
 
 ---Projected cost of a request on a provider: hourly x timeout_secs + fee.
-function M.projected(price, opts)
-  return M.hourly(price, opts) * (opts.timeout_secs or 3600) / 3600 + (price.per_sandbox or 0)
+function M.projected(price, opts, defaults)
+  return M.hourly(price, opts, defaults) * (opts.timeout_secs or 3600) / 3600 + (price.per_sandbox or 0)
 end
 
 -- ------------------------------------------------------------- budget
@@ -115,11 +124,12 @@ end
 ---@return table record for stop()
 function M.start(f)
   local price = M.price(f.backend, f.desc_price)
+  local cpu, mb = M.resources(f.opts, f.defaults)
   local r = {
     id = f.id, backend = f.backend, session = f.session, job = M.job(), labels = f.labels,
-    cpu = f.opts.cpu or M.DEFAULT_CPU, memory_mb = f.opts.memory_mb or M.DEFAULT_MEMORY_MB,
-    price = price, per_hour = M.hourly(price, f.opts), started = os.time(),
-    t0 = require("sbx.loop").now(), projected = M.projected(price, f.opts),
+    cpu = cpu, memory_mb = mb,
+    price = price, per_hour = M.hourly(price, f.opts, f.defaults), started = os.time(),
+    t0 = require("sbx.loop").now(), projected = M.projected(price, f.opts, f.defaults),
   }
   reserved = reserved + r.projected
   return r

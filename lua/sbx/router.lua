@@ -114,6 +114,7 @@ end
 -- Make `sbxlua providers` / sbx.providers() show effective prices too.
 providers.decorate = function(d)
   d.price = meter.price(d.name, d.price)
+  d.price_per_hour = meter.hourly(d.price, {}, d.defaults)   -- a sandbox with the defaults
   local pc = config.provider(d.name)
   d.limits = { max_concurrent = pc.max_concurrent, max_creates_per_sec = pc.max_creates_per_sec }
   if pc.enabled == false then d.available, d.reason = false, "disabled in the config" end
@@ -159,7 +160,6 @@ function M.candidates(opts, reuse)
   end
   table.sort(own)
   local needs, region, max_price = opts.needs, opts.region, opts.max_price
-  local cpu, gib = opts.cpu or meter.DEFAULT_CPU, (opts.memory_mb or meter.DEFAULT_MEMORY_MB) / 1024
   local hours = (opts.timeout_secs or 3600) / 3600
   local budgeted = meter.left() < math.huge
   local by = st.by
@@ -197,7 +197,7 @@ function M.candidates(opts, reuse)
     local hourly = 0
     if not why then
       local pr = desc.price
-      hourly = pr.per_hour + pr.per_vcpu_hour * cpu + pr.per_gib_hour * gib
+      hourly = meter.hourly(pr, opts, desc.defaults)
       if max_price and hourly > max_price then
         why = string.format("costs $%.4f/h, over max_price $%.4f/h", hourly, max_price)
       elseif budgeted then
@@ -420,7 +420,8 @@ local function attempt(name, opts, create_on, lease)
   health.in_flight(name, -1)
   local ms = (loop.now() - t0) * 1000
   local class = not ok and M.classify(res) or nil
-  if not ok and errors.is(res, "Cancelled") then
+  if not ok and errors.is(res, "Cancelled") then   -- not the provider's failure: no breaker charge
+    health.breaker_result(name, false, "cancelled")  -- (a half-open trial is over)
     if lease then lease:release() end
     error(res, 0)
   end
@@ -602,7 +603,7 @@ function M.pinned(name, opts, create_on)
   local desc = e and e.desc
   if desc then check_pinned(name, desc, opts) end
   if desc and desc.price then
-    local fits, why = meter.fits(meter.projected(desc.price, opts))
+    local fits, why = meter.fits(meter.projected(desc.price, opts, desc.defaults))
     if not fits then
       errors.raise("BudgetExceededError", name .. ": " .. why, { backend = name, op = "create" })
     end
@@ -619,7 +620,8 @@ end
 ---releases the admission slot and writes the ledger line.
 function M.track(p, name, opts, lease, f)
   local rec = meter.start{ id = f.id, backend = name, session = f.session, labels = opts.labels,
-                           opts = opts, desc_price = p.descriptor and p.descriptor.price }
+                           opts = opts, desc_price = p.descriptor and p.descriptor.price,
+                           defaults = p.descriptor and p.descriptor.defaults }
   health.live(name, 1)
   local done = false
   local function finish()

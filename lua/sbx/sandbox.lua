@@ -313,8 +313,10 @@ function Sandbox:upload_dir(local_dir, sandbox_dir)
   path_arg("upload_dir", sandbox_dir)
   local h = live(self, "upload_dir")
   local transfer = require "sbx.transfer"
-  local entries, skipped = transfer.read_host_tree(local_dir)
-  self._p.put_tree(h, sandbox_dir, entries)
+  local entries, skipped, src = transfer.read_host_tree(local_dir)
+  local ok, err = pcall(self._p.put_tree, h, sandbox_dir, entries)
+  src:close()
+  if not ok then error(err, 0) end
   local files = 0
   for _, e in ipairs(entries) do if e.type == "file" then files = files + 1 end end
   return { files = files, dirs = #entries - files, skipped = skipped }
@@ -326,8 +328,10 @@ function Sandbox:download_dir(sandbox_dir, local_dir)
   path_arg("download_dir", sandbox_dir)
   check.string(local_dir, "download_dir", "local_dir")
   local h = live(self, "download_dir")
-  local entries, rejected = self._p.get_tree(h, sandbox_dir)
-  local skipped = require("sbx.transfer").write_host_tree(local_dir, entries, rejected)
+  local entries, rejected, stream = self._p.get_tree(h, sandbox_dir)
+  local ok, skipped = pcall(require("sbx.transfer").write_host_tree, local_dir, entries, rejected, stream)
+  if stream and stream.close then stream.close() end
+  if not ok then error(skipped, 0) end
   local files = 0
   for _, e in ipairs(entries) do if e.type == "file" then files = files + 1 end end
   return { files = files, skipped = skipped }

@@ -79,7 +79,10 @@ local function route(c, method, path)
   if id and method == "GET" and rest == "/json" then return answer(c, 200, { Id = id, State = { Running = true } }) end
   if id and method == "DELETE" and rest == "" then return answer(c, 204) end
   if id == "helper" and method == "GET" and rest == "/archive" then   -- the agent volume is filled
-    return answer(c, 200, archive{ { name = "current", data = "sbx-agent-00ff" } }, "application/x-tar")
+    if query:find("current", 1, true) then
+      return answer(c, 200, archive{ { name = "current", data = "sbx-agent-00ff" } }, "application/x-tar")
+    end                                                             -- with the whole agent
+    return answer(c, 200, archive{ { name = "sbx-agent-00ff", data = require "sbx.agentbin" } }, "application/x-tar")
   end
   if id and method == "GET" and rest == "/archive" then
     local a = engine.archive

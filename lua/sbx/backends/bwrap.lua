@@ -748,8 +748,9 @@ function M.put_tree(h, dir, entries)
   for _, e in ipairs(entries) do
     local p = join(dir, e.path)
     if e.type == "dir" then M.mkdir(h, p)
-    elseif e.type == "file" then
-      call(h, writable(h, p, "upload_dir", true), "upload_dir", p, "write", e.data, e.mode)
+    elseif e.type == "file" then   -- root to root through a small buffer
+      local t = writable(h, p, "upload_dir", true)
+      require("sbx.transfer").copy_in(e, root_of(h, t.dir), t.rel)
     end
   end
 end
@@ -773,8 +774,15 @@ function M.get_tree(h, dir)
       if it.type == "dir" then
         entries[#entries + 1] = { path = r, type = "dir", mode = st.mode }
         walk(r)
-      elseif it.type == "file" then
-        entries[#entries + 1] = { path = r, type = "file", data = M.read_file(h, full), mode = st.mode }
+      elseif it.type == "file" then   -- copied at write time, through a small buffer
+        local t = resolve(h, full, "download_dir", true)
+        local e = { path = r, type = "file", mode = st.mode }
+        if t.kind == "mount" then
+          local root = root_of(h, t.dir)
+          e.copy = function(dst, rel, mode) return root:copy(t.rel, dst, rel, mode) end
+        elseif t.kind == "null" then e.data = ""         -- a hidden file reads empty
+        else not_found("download_dir", full) end
+        entries[#entries + 1] = e
       elseif it.type == "link" then
         local target = st.target or "/"
         if require("sbx.paths").link_escapes(r, target) then rejected[#rejected + 1] = { path = r, reason = "symlink out of the directory" }

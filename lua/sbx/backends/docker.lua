@@ -11,6 +11,8 @@ local tar = require "sbx.tar"
 local demux = require "sbx.demux"
 local json = require "cjson.safe"
 local loop = require "sbx.loop"
+local meter = require "sbx.meter"
+local fs = require "sbx.fs"
 local errors = require "sbx.errors"
 local owner = require "sbx.owner"
 local claims = require "sbx.claims"
@@ -27,7 +29,7 @@ M.RUNDIR = "/.sbx/run"
 -- package managers and ordinary tools running as root inside.
 M.CAPS = { "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
            "NET_BIND_SERVICE" }
-M.DEFAULTS = { cpu = 1, memory_mb = 2048, pids = 1024 }
+M.DEFAULTS = { pids = 1024 }
 
 M.descriptor = {
   name = "docker",
@@ -37,6 +39,9 @@ M.descriptor = {
   options = { image = true, cpu = true, memory_mb = true, allow_internet = true,
               snapshot_id = true, backend_options = true },
   price = { per_hour = 0, per_vcpu_hour = 0, per_gib_hour = 0 },
+  -- what a container gets when the request names no cpu/memory_mb: the
+  -- create, the meter's ledger and the price displays all read this
+  defaults = { cpu = 1, memory_mb = 2048 },
   regions = {},
   limits = {},
 }
@@ -181,6 +186,7 @@ local function q(s) return http.escape(s) end
 function M.available()
   local ok, err = pcall(connect)
   if ok then return true end
+  if errors.is(err, "Cancelled") then error(err, 0) end   -- the caller's, not the engine's
   return false, type(err) == "table" and err.message or tostring(err)
 end
 
@@ -303,12 +309,20 @@ local agent_hash = agentlink.hash
 -- `current` naming a complete one: an upload cut short (its sbxlua killed,
 -- the engine restarted) can never leave a partial agent under the name the
 -- containers run, even while another process fills the same volume.
-local function read_current(cid)
+local function read_current(cid, size)
   local res = call("GET", "/containers/" .. q(cid) .. "/archive?path=" .. q(M.AGENT_DIR .. "/current"),
                    { op = "create", timeout = 60, max_body = 65536 })
   if res.status ~= 200 then return nil end
   local name = tar.read_one(res.body or "", { max_bytes = 256 })
-  return type(name) == "string" and name:match("^sbx%-agent%-%x+$") or nil
+  name = type(name) == "string" and name:match("^sbx%-agent%-%x+$") or nil
+  if not name then return nil end
+  -- the file it names must be there, whole (a volume another process or a
+  -- gc damaged is filled again rather than handed to every container)
+  local got = call("GET", "/containers/" .. q(cid) .. "/archive?path=" .. q(M.AGENT_DIR .. "/" .. name),
+                   { op = "create", timeout = 60, max_body = size + 65536 })
+  local list = got.status == 200 and not got.truncated and tar.list(got.body or "")
+  if not (list and #list == 1 and list[1].type == "file" and list[1].size == size) then return nil end
+  return name
 end
 
 ---The volume holding this build's sbx-agent, filled through a helper
@@ -337,7 +351,7 @@ local function fill_agent_volume(image)
   res.json = json.decode(res.body or "")
   local cid = field(res, "Id", "string", { op = "create", kind = "SandboxCreationError" })
   local ok, file = pcall(function()
-    local have = read_current(cid)
+    local have = read_current(cid, #blob)
     if have then return have end
     local file = "sbx-agent-" .. agent_hash(blob) .. hex(6)
     for _, entry in ipairs{ { path = file, data = blob, mode = tonumber("755", 8) },
@@ -384,7 +398,8 @@ local function ensure_agent_volume(image)
 end
 
 local function create_body(spec)
-  local mem = math.floor((spec.memory_mb or M.DEFAULTS.memory_mb) * 1024 * 1024)
+  local cpu, mb = meter.resources(spec, M.descriptor.defaults)
+  local mem = math.floor(mb * 1024 * 1024)
   local labels = {
     ["sbxlua.host"] = owner.hostname(), ["sbxlua.session"] = spec.session,
     ["sbxlua.created"] = tostring(os.time()), ["sbxlua.ttl"] = tostring(spec.ttl or 3600),
@@ -399,7 +414,7 @@ local function create_body(spec)
     HostConfig = {
       CapDrop = { "ALL" }, CapAdd = M.CAPS, SecurityOpt = { "no-new-privileges" },
       PidsLimit = M.DEFAULTS.pids, Memory = mem, MemorySwap = mem,
-      NanoCpus = math.floor((spec.cpu or M.DEFAULTS.cpu) * 1e9), Init = true,
+      NanoCpus = math.floor(cpu * 1e9), Init = true,
       LogConfig = { Type = "json-file", Config = { ["max-size"] = "1m", ["max-file"] = "1" } },
       NetworkMode = spec.allow_internet == false and "none" or nil,
       Mounts = { { Type = "volume", Source = spec.agent_volume, Target = M.AGENT_DIR, ReadOnly = true } },
@@ -430,25 +445,27 @@ function M.create(spec)
   end
   spec.agent_volume, spec.agent_path = ensure_agent_volume(image)
   local body = create_body(spec)
-  local res = create_container("sbxlua-" .. spec.id, body, {})
-  res = expect(res, { 201 }, { op = "create", kind = "SandboxCreationError",
-                               bad_request = "SandboxCreationError", conflict = "SandboxCreationError" })
-  res.json = json.decode(res.body)
-  local okid, cid = pcall(field, res, "Id", "string", { op = "create", kind = "SandboxCreationError" })
-  if not okid then    -- the container may exist all the same: it has our name
-    if not pcall(remove_container, "sbxlua-" .. spec.id) then spec.left = true end
-    error(cid, 0)
-  end
-  local h = { cid = cid, id = spec.id, session = spec.session, agent = spec.agent_path }
+  local name = "sbxlua-" .. spec.id
+  local cid
+  -- From the create call on, a failure or a cancel undoes the create: the
+  -- container may exist even when its reply was lost (it has our name).
   local ok, err = pcall(function()
+    -- a task of its own: a cancel waits for the engine's answer and removes
+    -- what it made (create_container)
+    local res = create_container(name, body, {})
+    res = expect(res, { 201 }, { op = "create", kind = "SandboxCreationError",
+                                 bad_request = "SandboxCreationError", conflict = "SandboxCreationError" })
+    res.json = json.decode(res.body)
+    cid = field(res, "Id", "string", { op = "create", kind = "SandboxCreationError" })
     api("POST", "/containers/" .. cid .. "/start", { 204, 304 }, { op = "create", kind = "SandboxCreationError",
         bad_request = "SandboxCreationError", conflict = "SandboxCreationError" })
   end)
   if not ok then      -- spec.left: create_on keeps the journal's line for gc
-    if not pcall(remove_container, cid) then spec.left = true end
+    if not pcall(remove_container, cid or name) then spec.left = true end
     if errors.is(err, "SandboxError") or errors.is(err, "Cancelled") then error(err, 0) end
     fail("SandboxCreationError", "create: " .. tostring(err), { op = "create" })
   end
+  local h = { cid = cid, id = spec.id, session = spec.session, agent = spec.agent_path }
   -- the agent starts meanwhile: create does not wait for it (an engine exec
   -- costs ~40 ms), the first operation does if it comes sooner
   if mode() ~= "engine" then h.opener = loop.spawn(open_into, h) end
@@ -528,6 +545,11 @@ function M.reap(entry)
     if c.id == entry.id and (entry.session == nil or c.session == entry.session) then cid = c.container end
   end
   if cid then remove_container(cid) end
+  -- a transfer's spool files (a SIGKILLed sbxlua leaves them): <id>-<hex>
+  local dir = owner.state_dir() .. "/spool"
+  for _, name in ipairs(entry.id and fs.list_host(dir) or {}) do
+    if name:sub(1, #entry.id + 1) == entry.id .. "-" then os.remove(dir .. "/" .. name) end
+  end
 end
 
 function M.snapshot(h)
@@ -975,27 +997,101 @@ function M.write_file(h, path, data, mode)
         bad_request = "PathError", timeout = 300 })
 end
 
+-- A file of the state directory that data from the sandbox goes through
+-- when it is too big to gather in memory piece by piece: add(chunk), then
+-- path() (for tar) or read(max), and close() (removes it; idempotent).
+local function spool(h, op)
+  local dir = owner.state_dir() .. "/spool"
+  local made, merr = fs.mkdir_host(dir)
+  local root = made and fs.open_root(dir)
+  if not root then fail("SandboxExecutionError", op .. ": spool: " .. tostring(merr), { op = op }) end
+  local name, first = h.id .. "-" .. hex(6), true
+  local sp = {}
+  function sp.add(chunk)
+    local ok, err = (first and root.write or root.append)(root, name, chunk)
+    if not ok then fail("SandboxExecutionError", op .. ": spool: " .. tostring(err), { op = op }) end
+    first = false
+  end
+  function sp.path()
+    if first then sp.add("") end
+    return dir .. "/" .. name
+  end
+  function sp.read(max)
+    if first then return "" end
+    local data, err = root:read(name, max)
+    if not data then fail("SandboxExecutionError", op .. ": spool: " .. tostring(err), { op = op }) end
+    return data
+  end
+  function sp.close()
+    if not root then return end
+    root:remove(name)
+    root:close()
+    root = nil
+  end
+  return sp
+end
+
+M.SPOOL_ABOVE = 4 * 1024 * 1024   -- read_file: bigger files come through a spool file
+
+local function too_big(p, max)
+  fail("SandboxExecutionError", "read_file: " .. p .. " is larger than the cap of " .. max .. " bytes",
+       { op = "read_file", code = "ETOOBIG" })
+end
+
+---A file's data, its size cap checked before any of it is gathered; a big
+---one peaks at twice its size (the gathered bytes, and the string Lua
+---makes of them), not at a multiple of frames, buffers and copies.
 function M.read_file(h, path, max)
   local p = abs(path, "read_file")
   max = max or 256 * 1024 * 1024
   local link = link_of(h)
   if link then
-    local data, errno, msg = link:read_file(p, max)
-    if not data and errno == 27 then
-      fail("SandboxExecutionError", "read_file: " .. p .. " is larger than the cap of " .. max .. " bytes",
-           { op = "read_file", code = "ETOOBIG" })
+    local st = link:stat(p)              -- nil: read_file says why
+    if st and st.type == "file" and st.size > max then too_big(p, max) end
+    local data, errno, msg
+    if st and st.type == "file" and st.size > M.SPOOL_ABOVE then
+      local sp = spool(h, "read_file")
+      local ok, err = pcall(function()
+        data, errno, msg = link:read_to(p, max, sp.add)
+        if data then data = sp.read(max) end
+      end)
+      sp.close()
+      if not ok then error(err, 0) end
+    else
+      data, errno, msg = link:read_file(p, max)
     end
+    if not data and errno == 27 then too_big(p, max) end
     if not data then file_error("read_file", p, errno, msg) end
     return data
   end
-  local res = api("GET", "/containers/" .. q(h.cid) .. "/archive?path=" .. q(p), { 200 },
-                  { op = "read_file", not_found = "FileNotFoundError", bad_request = "PathError",
-                    max_body = max + 1024 * 1024, timeout = 300 })
-  if res.truncated then
-    fail("SandboxExecutionError", "read_file: " .. p .. " is larger than the cap of " .. max .. " bytes",
-         { op = "read_file", code = "ETOOBIG" })
-  end
-  local data, err, code = tar.read_one(res.body, { max_bytes = max })
+  local sp = spool(h, "read_file")
+  local ok, data, err, code = pcall(function()
+    local res = call("GET", "/containers/" .. q(h.cid) .. "/archive?path=" .. q(p),
+                     { op = "read_file", stream = true, timeout = 300 })
+    local rok, rerr = pcall(function()
+      if res.status ~= 200 then
+        local body = res:read() or ""
+        expect({ status = res.status, headers = res.headers, body = body }, { 200 },
+               { op = "read_file", not_found = "FileNotFoundError", bad_request = "PathError" })
+      end
+      local n = 0
+      while true do
+        local chunk, cerr = res:read()
+        if not chunk then
+          if cerr then fail("SandboxExecutionError", "read_file: " .. tostring(cerr), { op = "read_file", retryable = true }) end
+          break
+        end
+        n = n + #chunk
+        if n > max + 1024 * 1024 then too_big(p, max) end   -- headers and padding aside
+        sp.add(chunk)
+      end
+    end)
+    res:close()
+    if not rok then error(rerr, 0) end
+    return tar.read_one(nil, { file = sp.path(), max_bytes = max })
+  end)
+  sp.close()
+  if not ok then error(data, 0) end
   if not data then
     if code == "EISDIR" then fail("PathError", "read_file: " .. p .. " is a directory", { op = "read_file" }) end
     if code == "ETOOBIG" then fail("SandboxExecutionError", "read_file: " .. err, { op = "read_file", code = code }) end
@@ -1037,13 +1133,46 @@ function M.list_files(h, path)
   return list
 end
 
----Write a tree of entries under dir: one archive upload.
+M.MAX_TREE_BYTES = 1 << 36     -- a download_dir archive spooled to disk stops here (64 GiB)
+M.MAX_ARCHIVE_UPLOAD = 1 << 30 -- upload_dir without the agent: one archive in memory
+
+---Write a tree of host entries (transfer.read_host_tree) under dir: through
+---the agent link a chunk at a time; without it, one archive upload.
 function M.put_tree(h, dir, entries)
+  local transfer = require "sbx.transfer"
   local p = abs(dir, "upload_dir")
   M.mkdir(h, p)
-  local list = {}
+  local link = link_of(h)
+  if link then
+    for _, e in ipairs(entries) do
+      local dest = p .. "/" .. e.path
+      if e.type == "dir" then
+        M.mkdir(h, dest)
+      elseif e.type == "file" then
+        local ok, errno, msg = link:write_stream(dest, e.mode or tonumber("644", 8), transfer.chunks(e))
+        if not ok then file_error("upload_dir", dest, errno, msg) end
+      end
+    end
+    return
+  end
+  local list, total = {}, 0
   for _, e in ipairs(entries) do
-    list[#list + 1] = { path = e.path, type = e.type, data = e.data, mode = e.mode }
+    if e.type == "file" then
+      total = total + (e.size or 0)
+      if total > M.MAX_ARCHIVE_UPLOAD then
+        fail("SandboxExecutionError", "upload_dir: more than " .. M.MAX_ARCHIVE_UPLOAD
+             .. " bytes without the agent link (one archive in memory)", { op = "upload_dir", code = "ETOOBIG" })
+      end
+    end
+  end
+  for _, e in ipairs(entries) do
+    local data
+    if e.type == "file" then
+      local parts = {}
+      for _, chunk in transfer.chunks(e) do parts[#parts + 1] = chunk end
+      data = table.concat(parts)
+    end
+    list[#list + 1] = { path = e.path, type = e.type, data = data, mode = e.mode }
   end
   if #list == 0 then return end
   local archive, err = tar.pack(list)
@@ -1053,35 +1182,84 @@ function M.put_tree(h, dir, entries)
         not_found = "FileNotFoundError", bad_request = "PathError", timeout = 600 })
 end
 
----The tree under dir from one archive download, read as hostile: entries
----relative to dir, and the rejected ones.
+-- The engine's archive of p, written to a spool file as it arrives (its
+-- size costs no memory); returns the spool (path(), close()).
+local function spool_archive(h, p, op)
+  local res = call("GET", "/containers/" .. q(h.cid) .. "/archive?path=" .. q(p),
+                   { op = op, stream = true, timeout = 600 })
+  local sp
+  local ok, err = pcall(function()
+    if res.status ~= 200 then            -- the engine's message: a small body
+      local body = res:read() or ""
+      expect({ status = res.status, headers = res.headers, body = body }, { 200 },
+             { op = op, not_found = "FileNotFoundError", bad_request = "PathError" })
+    end
+    sp = spool(h, op)
+    local n = 0
+    while true do
+      local chunk, rerr = res:read()
+      if not chunk then
+        if rerr then fail("SandboxExecutionError", op .. ": " .. tostring(rerr), { op = op, retryable = true }) end
+        break
+      end
+      n = n + #chunk
+      if n > M.MAX_TREE_BYTES then
+        fail("SandboxExecutionError", op .. ": " .. p .. " is larger than " .. M.MAX_TREE_BYTES .. " bytes",
+             { op = op, code = "ETOOBIG" })
+      end
+      sp.add(chunk)
+    end
+    sp.size = n
+  end)
+  res:close()
+  if not ok then
+    if sp then sp.close() end
+    error(err, 0)
+  end
+  return sp
+end
+
+---The tree under dir from one archive download, spooled to disk and read
+---twice as hostile: first its entries (entries relative to dir, and the
+---rejected ones), then, through the returned stream, its file data.
 function M.get_tree(h, dir)
   local p = abs(dir, "download_dir")
-  local res = api("GET", "/containers/" .. q(h.cid) .. "/archive?path=" .. q(p), { 200 },
-                  { op = "download_dir", not_found = "FileNotFoundError", bad_request = "PathError",
-                    max_body = 1024 * 1024 * 1024 + 1, timeout = 600 })
-  if res.truncated then
-    fail("SandboxExecutionError", "download_dir: " .. p .. " is larger than 1 GiB", { op = "download_dir" })
-  end
-  local entries, rejected = tar.extract(res.body, { skip_unsafe = true, max_bytes = 1024 * 1024 * 1024 })
-  if not entries then fail("SandboxExecutionError", "download_dir: " .. tostring(rejected), { op = "download_dir" }) end
-  local base = p == "/" and "" or p:match("[^/]+$")
-  local out = {}
-  rejected = rejected or {}
-  for _, e in ipairs(entries) do
-    local rel = base == "" and e.path or (e.path == base and "" or e.path:match("^" .. base:gsub("%p", "%%%0") .. "/(.*)$"))
-    if rel == nil then
-      rejected[#rejected + 1] = { path = e.path, reason = "outside the requested directory" }
-    elseif rel ~= "" then
-      -- `escapes` is judged from the archive's root, the parent of `dir`
-      if e.type == "symlink" and (e.escapes or paths.link_escapes(rel, e.target or "")) then
-        rejected[#rejected + 1] = { path = rel, reason = "symlink out of the directory" }
-      else
-        out[#out + 1] = { path = rel, type = e.type == "dir" and "dir" or e.type, data = e.data, mode = e.mode }
+  local sp = spool_archive(h, p, "download_dir")
+  local file = sp.path()
+  local ok, out, rejected, map = pcall(function()
+    -- no tree holds more data than its archive: a bigger size is a lie
+    local entries, rej = tar.extract(nil, { file = file, skip_unsafe = true, data = false,
+                                            max_bytes = sp.size })
+    if not entries then fail("SandboxExecutionError", "download_dir: " .. tostring(rej), { op = "download_dir" }) end
+    local base = p == "/" and "" or p:match("[^/]+$")
+    local res, by = {}, {}
+    rej = rej or {}
+    for _, e in ipairs(entries) do
+      local rel = base == "" and e.path or (e.path == base and "" or e.path:match("^" .. base:gsub("%p", "%%%0") .. "/(.*)$"))
+      if rel == nil then
+        rej[#rej + 1] = { path = e.path, reason = "outside the requested directory" }
+      elseif rel ~= "" then
+        -- `escapes` is judged from the archive's root, the parent of `dir`
+        if e.type == "symlink" and (e.escapes or paths.link_escapes(rel, e.target or "")) then
+          rej[#rej + 1] = { path = rel, reason = "symlink out of the directory" }
+        else
+          res[#res + 1] = { path = rel, type = e.type, mode = e.mode }
+          if e.type == "file" then by[e.path] = rel end
+        end
       end
     end
-  end
-  return out, rejected
+    return res, rej, by
+  end)
+  if not ok then sp.close() error(out, 0) end
+  local stream = {
+    run = function(sink)
+      local done, err = tar.extract(nil, { file = file, skip_unsafe = true, max_bytes = sp.size,
+        sink = function(ap, chunk) local rel = map[ap] if rel then sink(rel, chunk) end end })
+      if not done then fail("SandboxExecutionError", "download_dir: " .. tostring(err), { op = "download_dir" }) end
+    end,
+    close = sp.close,
+  }
+  return out, rejected, stream
 end
 
 function M.mkdir(h, path)

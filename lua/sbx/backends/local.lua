@@ -214,13 +214,14 @@ M.rooted_at_workdir = true
 
 local function join(a, b) return (a == "" or a == ".") and b or (a:gsub("/+$", "") .. "/" .. b) end
 
----Write a tree of entries ({path, type = "dir"|"file", data, mode}) under dir.
+---Write a tree of host entries (transfer.read_host_tree) under dir, each
+---file copied root to root through a small buffer.
 function M.put_tree(h, dir, entries)
   call(h, "upload_dir", "mkdir", dir)
   for _, e in ipairs(entries) do
     local p = join(dir, e.path)
     if e.type == "dir" then call(h, "upload_dir", "mkdir", p)
-    elseif e.type == "file" then call(h, "upload_dir", "write", p, e.data, e.mode) end
+    elseif e.type == "file" then require("sbx.transfer").copy_in(e, h.root, p) end
   end
 end
 
@@ -236,8 +237,9 @@ function M.get_tree(h, dir)
         entries[#entries + 1] = { path = r, type = "dir", mode = call(h, "download_dir", "stat", full).mode }
         walk(r)
       elseif it.type == "file" then
-        entries[#entries + 1] = { path = r, type = "file", data = call(h, "download_dir", "read", full),
-                                  mode = call(h, "download_dir", "stat", full).mode }
+        local root = h.root     -- copied at write time, through a small buffer
+        entries[#entries + 1] = { path = r, type = "file", mode = call(h, "download_dir", "stat", full).mode,
+                                  copy = function(dst, rel, mode) return root:copy(full, dst, rel, mode) end }
       elseif it.type == "link" then
         -- never followed; one that points out of the directory is hostile
         local target = fs.readlink(h.dir .. "/" .. full:gsub("^/+", "")) or "/"

@@ -41,7 +41,7 @@ describe("gc and other builds' agent volumes", function()
   local function exists(name) return (json.decode(api("GET", "/volumes/" .. name)) or {}).Name == name end
   local function gc(dry)
     return assert(proc.spawn{ argv = { BIN, "-e", "require('sbx.backends.docker').VOLUME_PREFIX = '" .. prefix
-      .. "' return require('sbx.commands').gc({" .. (dry and "'--dry-run'" or "") .. "})" }, timeout = 120,
+      .. "' return require('sbx.commands').gc({" .. (dry and "['dry-run'] = true" or "") .. "})" }, timeout = 120,
       env = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" .. state, "SBX_STATE_DIR=" .. state } }):wait()
   end
 

@@ -292,7 +292,11 @@ local function create_container(name, body, o)
   end)
   owner.hold(t)
   local jok, ok, res = pcall(t.join, t)
-  if not jok then abandoned = true error(ok, 0) end
+  if not jok then          -- cancelled: wait for the engine's answer; the task removes what it made
+    abandoned = true
+    pcall(t.join, t)
+    error(ok, 0)
+  end
   if not ok then error(res, 0) end
   return res
 end
@@ -1078,7 +1082,7 @@ function M.read_file(h, path, max)
       while true do
         local chunk, cerr = res:read()
         if not chunk then
-          if cerr then fail("SandboxExecutionError", "read_file: " .. tostring(cerr), { op = "read_file", retryable = true }) end
+          if cerr then fail("SandboxConnectionError", "read_file: " .. tostring(cerr), { op = "read_file", retryable = true }) end
           break
         end
         n = n + #chunk
@@ -1199,7 +1203,8 @@ local function spool_archive(h, p, op)
     while true do
       local chunk, rerr = res:read()
       if not chunk then
-        if rerr then fail("SandboxExecutionError", op .. ": " .. tostring(rerr), { op = op, retryable = true }) end
+        -- the engine's reply broke off mid-body: the link broke, not the command
+        if rerr then fail("SandboxConnectionError", op .. ": " .. tostring(rerr), { op = op, retryable = true }) end
         break
       end
       n = n + #chunk

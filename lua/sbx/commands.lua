@@ -143,6 +143,42 @@ function M.doctor()
   return 0
 end
 
+-- --------------------------------------------------------------- provider
+
+local function usage(cmd, msg)
+  complain(cmd, ": ", msg)
+  return 2
+end
+
+function M.provider(_, rest)
+  if rest[1] == "check" and rest[2] and not rest[3] then
+    local file = rest[2]
+    local p, err = providers.check_file(file)
+    if not p then
+      io.stderr:write(tostring(err), "\n")
+      return 1
+    end
+    local ops = {}
+    for _, op in ipairs(require("sbx.contract").OPTIONAL) do
+      if p[op] and not p.defaulted[op] then ops[#ops + 1] = op end
+    end
+    say("ok: provider '", p.descriptor.name, "' in ", file, " meets the provider contract (",
+        p.descriptor.isolation, "; ", table.concat(p.descriptor.capabilities, ","), ")",
+        #ops > 0 and ("; optional operations: " .. table.concat(ops, ", ")) or "", "\n")
+    return 0
+  elseif rest[1] == "list" and not rest[2] then
+    local path = providers.loader:dirs()
+    say("search path: ", #path > 0 and table.concat(path, ":") or "(none)", "\n")
+    for _, n in ipairs(providers.names) do
+      local ok, p = pcall(providers.get, n)
+      local where = not ok and "?" or p.file or (p.broken and "broken") or "built in"
+      say(string.format("%-11s %s%s\n", n, where, ok and p.broken and (": " .. tostring(p.broken)) or ""))
+    end
+    return 0
+  end
+  return usage("provider", "expected `check FILE` or `list` (see sbxlua provider --help)")
+end
+
 -- selftest: lua/sbx/selftest.lua
 function M.selftest(o) return require("sbx.selftest").main(o) end
 

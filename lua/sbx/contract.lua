@@ -85,18 +85,21 @@ for _, k in ipairs(M.OPTIONAL) do OPS[k] = true end
 local CAPS = set(M.CAPABILITIES)
 local PRICES = set(M.PRICE)
 
--- The line of `key = ...` in the source (the first one), else the line of
--- the file's last top-level `return`, else 1.
+-- The line of `key = ...` in the source (the last one: a script may set a
+-- field after building the table), else the line of the file's last
+-- top-level `return`, else 1.
 local function line_of(source, key)
-  local n, ret = 0, nil
+  local n, ret, at = 0, nil, nil
   for line in (source or ""):gmatch("([^\n]*)\n?") do
     n = n + 1
-    if key and line:find("%f[%w_]" .. key .. "%s*=[^=]") then return n end
-    if key and line:find("function%s+[%w_.:]*[.:]" .. key .. "%s*%(") then return n end
+    if key and (line:find("%f[%w_]" .. key .. "%s*=[^=]") or line:find("%f[%w_]" .. key .. "%s*=$")
+                or line:find("function%s+[%w_.:]*[.:]" .. key .. "%s*%(")) then
+      at = n
+    end
     if line:match("^return[%s{]") or line:match("^return$") then ret = n end
     if n > 100000 then break end
   end
-  return ret or 1
+  return at or ret or 1
 end
 M.line_of = line_of
 

@@ -29,10 +29,11 @@ local WHY = {
 -- A ConfigError at the script line that made the call `level` up.
 local function refuse(level, what, why)
   local info = debug.getinfo(level + 1, "Sl")
+  local src = info and info.source:sub(1, 1) == "@" and info.source:sub(2) or (info and info.short_src)
   local where = info and info.currentline and info.currentline > 0
-                and (info.short_src .. ":" .. info.currentline .. ": ") or ""
+                and (src .. ":" .. info.currentline .. ": ") or ""
   errors.raise("ConfigError", where .. what .. (why and (" (" .. why .. ")") or ""),
-               { op = "provider script", file = info and info.short_src, line = info and info.currentline })
+               { op = "provider script", file = src, line = info and info.currentline })
 end
 
 local function copy(t, skip)
@@ -137,14 +138,22 @@ end
 
 ---Compile a provider script and check it against the contract; returns
 ---the provider table or raises ConfigError naming file:line.
+-- Lua shortens a long chunk name to "...tail" in its messages: say the whole path.
+local function full_path(msg, file)
+  msg = tostring(msg)
+  local short, rest = msg:match("^%.%.%.([^:]*)(:%d+:.*)$")
+  if short and file:sub(-#short) == short then return file .. rest end
+  return msg
+end
+
 function M.compile(source, file, name)
   local env = M.environment(name)
   local chunk, err = load(source, "@" .. file, "t", env)
-  if not chunk then errors.raise("ConfigError", err, { file = file, op = "provider script" }) end
+  if not chunk then errors.raise("ConfigError", full_path(err, file), { file = file, op = "provider script" }) end
   local ok, p = pcall(chunk)
   if not ok then
     if type(p) == "table" and p.kind then error(p, 0) end
-    errors.raise("ConfigError", tostring(p), { file = file, op = "provider script" })
+    errors.raise("ConfigError", full_path(p, file), { file = file, op = "provider script" })
   end
   contract.check(p, file, name, source)
   return p

@@ -121,9 +121,13 @@ function M.doctor()
                            .. " or point DOCKER_HOST at one" }
   for _, n in ipairs(providers.names) do
     local p = providers.get(n)
-    local ok, reason = p.available()
-    line(ok, "backend " .. n, ok and "available" or reason, FIXES[n])
-    for _, c in ipairs(p.doctor and p.doctor() or {}) do
+    local called, ok, reason = pcall(p.available)   -- a broken script raises its file:line
+    if not called then ok, reason = false, tostring(type(ok) == "table" and ok.message or ok) end
+    line(ok, "backend " .. n, ok and "available" or reason,
+         FIXES[n] or (p.file and ("sbxlua provider check " .. p.file)) or (p.broken_file and ("sbxlua provider check " .. p.broken_file .. " lists every problem")))
+    local dok, checks = pcall(p.doctor or function() return {} end)
+    if not dok then checks = { { ok = false, what = "doctor", detail = tostring(checks) } } end
+    for _, c in ipairs(checks) do
       if c.ok == nil then
         say("        -    ", c.what, c.detail and (": " .. c.detail) or "", "\n")
       else

@@ -178,11 +178,11 @@ end
 
 -- A script that never loaded: listed (so `sbxlua providers` says why),
 -- unavailable, and every use raises its ConfigError (file:line).
-local function broken(name, err)
+local function broken(name, err, file)
   local function raise()
     errors.raise("ConfigError", "provider script " .. name .. ": " .. tostring(err), { backend = name })
   end
-  return { descriptor = { name = name, capabilities = {}, options = {} }, broken = err,
+  return { descriptor = { name = name, capabilities = {}, options = {} }, broken = err, broken_file = file,
            available = raise, create = raise, resume = raise, reap = raise }
 end
 
@@ -196,7 +196,7 @@ function M.get(name)
   if type(name) == "string" and not name:find("/", 1, true) then
     local e, err, why = loader:get(name)
     if e then return e.value end
-    if why == "broken" then return broken(name, err) end
+    if why == "broken" then return broken(name, err, (loader:resolve(name))) end
   end
   unknown(name)
 end

@@ -201,8 +201,18 @@ function M.problems(p, name, source)
     end
     if d.limits ~= nil and type(d.limits) ~= "table" then add("limits", "descriptor.limits must be a table") end
   end
+  -- functions that are not operations (helpers are fine): a missing
+  -- operation within two edits of one of them is probably its typo
+  local others = {}
+  for k, v in pairs(p) do
+    if type(k) == "string" and not OPS[k] and type(v) == "function" then others[k] = true end
+  end
   for _, op in ipairs(M.REQUIRED) do
-    if p[op] == nil then add(nil, "missing operation '" .. op .. "'")
+    if p[op] == nil then
+      local hint = require("sbx.check").suggest(op, others)
+      local typo = hint:match("'(.-)'")
+      if typo then add(typo, "missing operation '" .. op .. "' ('" .. typo .. "' is there: a typo?)", p[typo])
+      else add(nil, "missing operation '" .. op .. "'") end
     elseif type(p[op]) ~= "function" then add(op, "'" .. op .. "' must be a function, got " .. type(p[op])) end
   end
   for _, op in ipairs(M.OPTIONAL) do
@@ -223,14 +233,6 @@ function M.problems(p, name, source)
           if why then add(k, why) end
         end
       end
-    end
-  end
-  for k, v in pairs(p) do
-    if type(k) == "string" and not OPS[k] and k ~= "descriptor" and k ~= "config_schema"
-       and type(v) == "function" and k:sub(1, 1) ~= "_" then
-      -- unknown operations are allowed (helpers), but a near miss is a typo
-      local hint = require("sbx.check").suggest(k, OPS)
-      if hint ~= "" then add(k, "'" .. k .. "' is not an operation of the contract" .. hint) end
     end
   end
   table.sort(out, function(a, b) return a.line < b.line or (a.line == b.line and a.i < b.i) end)

@@ -111,10 +111,20 @@ end
 -- -------------------------------------------------------------- names
 
 local last_names, last_key, seen_versions = nil, nil, {}
+local last_scan = -math.huge
+-- How long a listing of the provider path is reused (routing asks on every
+-- decision); a new config, register() and reset() rescan at once, and a
+-- script used by name is stat'ed on every use.
+M.RESCAN_SECS = 1
+-- A new config may name another provider_path.
+require("sbx.config").on_change(function() last_names = nil end)
 
 -- Recompute the provider names; bump the generation when they or a
 -- script's version changed.
 local function refresh()
+  local now = require("sbx.loop").now()
+  if last_names and now - last_scan < M.RESCAN_SECS then return last_names end
+  last_scan = now
   local names = {}
   for _, n in ipairs(M.BUILTIN) do names[#names + 1] = n end
   local sn = script_names()
@@ -127,10 +137,9 @@ local function refresh()
   end
   for _, n in ipairs(reg_order) do names[#names + 1] = n end
   local key = table.concat(names, "\0")
-  if key ~= last_key or changed then
-    last_key, last_names, gen = key, names, gen + 1
-  end
-  return last_names
+  if key ~= last_key or changed then last_key, gen = key, gen + 1 end
+  last_names = names
+  return names
 end
 
 local function planned()
@@ -150,7 +159,7 @@ end })
 ---Add a provider table (descriptor + operations), e.g. a fake in a spec;
 ---it is routed after the others. register(name, nil) removes it.
 function M.register(name, p)
-  gen, last_key = gen + 1, nil
+  gen, last_key, last_names = gen + 1, nil, nil
   if p == nil then
     if registered[name] then
       for i, n in ipairs(reg_order) do if n == name then table.remove(reg_order, i) break end end

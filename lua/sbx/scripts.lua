@@ -26,7 +26,7 @@ function M.new(o)
   return setmetatable({ kind = o.kind, env = o.env, key = o.key, prefix = o.builtin,
                         compile = o.compile, max_source = o.max_source or M.MAX_SOURCE,
                         warn = o.warn or function(msg) io.stderr:write("sbxlua: ", msg, "\n") end,
-                        cache = {}, listing = {}, warned = {}, versions = 0 }, Loader)
+                        cache = {}, versions = 0 }, Loader)
 end
 
 ---The directories searched, in order: $ENV, then the config's list (a
@@ -55,22 +55,14 @@ function Loader:resolve(name, dirs)
 end
 
 ---Names of every script on the search path and built in (first one wins).
----A directory is re-listed only when its own signature changes.
+---Each call lists the directories again: a directory's mtime is too coarse
+---(a clock tick) to tell that a file was added since the last listing.
 function Loader:names(dirs)
   local seen, out = {}, {}
   for _, d in ipairs(dirs or self:dirs()) do
-    local sig = script.stat(d)
-    local l = self.listing[d]
-    if not l or l.sig ~= sig then
-      l = { sig = sig, names = {} }
-      for _, f in ipairs(sig and fs.list_host(d) or {}) do
-        local n = f:match("^(.+)%.lua$")
-        if n and valid_name(n) then l.names[#l.names + 1] = n end
-      end
-      self.listing[d] = l
-    end
-    for _, n in ipairs(l.names) do
-      if not seen[n] then seen[n] = true; out[#out + 1] = n end
+    for _, f in ipairs(fs.list_host(d) or {}) do
+      local n = f:match("^(.+)%.lua$")
+      if n and valid_name(n) and not seen[n] then seen[n] = true; out[#out + 1] = n end
     end
   end
   for _, full in ipairs(self.prefix and script.builtins(self.prefix) or {}) do
@@ -146,7 +138,7 @@ end
 
 ---Forget everything loaded (tests).
 function Loader:reset()
-  self.cache, self.listing = {}, {}
+  self.cache = {}
 end
 
 return M

@@ -13,6 +13,8 @@ local contract = require "sbx.contract"
 
 local M = {}
 
+M.LOAD_INSTRUCTIONS = 10000000   -- the most a file's top level may run
+
 local SAFE = { "assert", "error", "ipairs", "next", "pairs", "pcall", "rawequal", "rawget", "rawlen",
                "rawset", "select", "tonumber", "tostring", "type", "xpcall", "setmetatable", "_VERSION" }
 
@@ -150,7 +152,20 @@ function M.compile(source, file, name)
   local env = M.environment(name)
   local chunk, err = load(source, "@" .. file, "t", env)
   if not chunk then errors.raise("ConfigError", full_path(err, file), { file = file, op = "provider script" }) end
-  local ok, p = pcall(chunk)
+  -- The top level only declares: it runs in a coroutine of its own with an
+  -- instruction budget, and a yield out of it is refused.
+  local co = coroutine.create(chunk)
+  debug.sethook(co, function()
+    local info = debug.getinfo(2, "Sl")
+    error((info and info.currentline and (file .. ":" .. info.currentline .. ": ") or "")
+          .. "the top level ran past " .. M.LOAD_INSTRUCTIONS .. " instructions (an endless loop?)", 0)
+  end, "", M.LOAD_INSTRUCTIONS)
+  local ok, p = coroutine.resume(co)
+  if ok and coroutine.status(co) ~= "dead" then
+    coroutine.close(co)
+    errors.raise("ConfigError", file .. ": the top level yielded; a provider file only declares "
+                 .. "when it loads, its operations act", { file = file })
+  end
   if not ok then
     if type(p) == "table" and p.kind then error(p, 0) end
     errors.raise("ConfigError", full_path(p, file), { file = file, op = "provider script" })

@@ -111,6 +111,8 @@ describe("a hostile or broken provider script", function()
     { "a bad config schema", wrapped("h_schema", "p.config_schema = { colour = 'color' }"),
       ":3: config_schema.colour.type must be one of" },
     { "no table", "return 42\n", ":1: the file returned number, not a provider table" },
+    { "an endless loop at the top level", wrapped("h_loop", "while true do end"),
+      ":3: the top level ran past %d+ instructions" },
   }
   for _, c in ipairs(CASES) do
     it("gives ConfigError naming file:line for " .. c[1], function()

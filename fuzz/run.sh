@@ -30,6 +30,8 @@ third=$(( secs / 3 > 10 ? secs / 3 : 10 ))
 sixth=$(( secs / 6 > 10 ? secs / 6 : 10 ))
 run_target tar "$third" fuzz/tar_fuzz.c src/ltar.c src/loop.c
 run_target demux "$sixth" fuzz/demux_fuzz.c src/ldemux.c src/loop.c
+# the dashboard's HTTP request heads (any local client can send them)
+run_target httpreq "$sixth" fuzz/httpreq_fuzz.c src/lhttpreq.c src/loop.c
 # sbx-agent's frame decoder: every byte a host sends to `sbx-agent serve`.
 run_target agent "$sixth" fuzz/agent_fuzz.c src/agent/frame.c
 # Lua modules that read untrusted input, loaded from lua/ (line coverage
@@ -40,3 +42,6 @@ lua_dir="-DSBX_LUA_DIR=\"$PWD/lua\""
 run_target paths "$small" "$lua_dir" -Ifuzz fuzz/paths_fuzz.c
 SBX_FUZZ_STRICT=1 run_target json "$small" "$lua_dir" -Ifuzz fuzz/json_fuzz.c -l:liblua5.4-cjson.so.0
 run_target wire "$small" "$lua_dir" -Ifuzz fuzz/wire_fuzz.c
+# The bounded pattern matcher scripts get (src/patmatch.c), the stock string
+# library as the oracle.
+run_target patmatch "$small" fuzz/patmatch_fuzz.c src/patmatch.c

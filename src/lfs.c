@@ -808,6 +808,17 @@ static int fs_mkdir_host(lua_State *L) {
   return fs_ok(L);
 }
 
+/* fs.chmod_host(path, mode) -> true | nil, msg, code (sbxlua's state
+** directory, made private) */
+static int fs_chmod_host(lua_State *L) {
+  const char *path = host_path(L, 1);
+  lua_Integer mode = luaL_checkinteger(L, 2);
+  luaL_argcheck(L, mode >= 0 && mode <= 07777, 2, "invalid mode");
+  if (!path) return fs_fail(L, "chmod", lua_tostring(L, 1), E_INVAL);
+  if (chmod(path, (mode_t)mode) < 0) return fs_fail(L, "chmod", path, errno);
+  return fs_ok(L);
+}
+
 /* fs.rmtree(host_path) -> true | nil, msg, code (missing is success) */
 static int fs_rmtree(lua_State *L) {
   const char *path = host_path(L, 1), *base;
@@ -832,6 +843,34 @@ static int fs_read_host(lua_State *L) {
   bx->fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (bx->fd < 0) return fs_fail(L, "read", path, errno);
   return read_box(L, bx, "read", path, max);
+}
+
+/* fs.stat_host(path) -> {type, size, mtime, mode} | nil, msg, code
+** (a host path, final symlink followed: what open() would read) */
+static int fs_stat_host(lua_State *L) {
+  const char *path = host_path(L, 1);
+  struct stat st;
+  if (!path) return fs_fail(L, "stat", lua_tostring(L, 1), E_INVAL);
+  if (stat(path, &st) < 0) return fs_fail(L, "stat", path, errno);
+  lua_createtable(L, 0, 4);
+  set_stat(L, &st);
+  lua_pushinteger(L, (lua_Integer)(st.st_mode & 07777));
+  lua_setfield(L, -2, "mode");
+  return 1;
+}
+
+/* fs.errname(n) -> "ENOENT", "No such file or directory" | nil
+** (the name and text of an errno number, e.g. one an agent reported) */
+static int fs_errname(lua_State *L) {
+  lua_Integer n = luaL_checkinteger(L, 1);
+  const char *name = (n > 0 && n < 4096) ? strerrorname_np((int)n) : NULL;
+  if (!name) {
+    luaL_pushfail(L);
+    return 1;
+  }
+  lua_pushstring(L, name);
+  lua_pushstring(L, strerror((int)n));
+  return 2;
 }
 
 /* fs.list_host(dir) -> { names... } sorted | nil, msg, code */
@@ -902,7 +941,8 @@ static const luaL_Reg fs_funcs[] = {
   {"rmtree", fs_rmtree}, {"lock", fs_lock}, {"is_locked", fs_is_locked},
   {"journal", fs_journal}, {"read_host", fs_read_host},
   {"list_host", fs_list_host}, {"readlink", fs_readlink},
-  {"mkdir_host", fs_mkdir_host}, {NULL, NULL}
+  {"mkdir_host", fs_mkdir_host}, {"chmod_host", fs_chmod_host}, {"stat_host", fs_stat_host},
+  {"errname", fs_errname}, {NULL, NULL}
 };
 
 int luaopen_sbx_fs(lua_State *L) {

@@ -625,26 +625,50 @@ static int loop_event(lua_State *L) {
 
 /* The handler only writes to a pipe the loop watches; a second signal
 ** cannot wait for the loop (the job may be busy): it kills the session's
-** cgroup tree, if one was named, and exits at once. */
-static volatile sig_atomic_t sig_count;
+** cgroup tree, if one was named, and exits at once. So does a first signal
+** the loop has not taken within SIG_GRACE seconds (the job is stuck inside
+** one C call, such as a string.find that backtracks for hours): SIGALRM.
+** A second signal within SIG_TWIN seconds of the first is the same one
+** delivered twice (timeout(1) signals its child and then the child's process
+** group): the clean shutdown the first started goes on. */
+#define SIG_GRACE 5
+#define SIG_TWIN 0.3
+static volatile sig_atomic_t sig_count, sig_first;
 static int sig_pipe = -1;
 static char sig_kill_dir[1024];
+static struct timespec sig_first_at;
+
+static void sig_die(int sig) {
+  if (sig_kill_dir[0]) {
+    char path[1100];
+    int n = snprintf(path, sizeof path, "%s/cgroup.kill", sig_kill_dir);
+    int fd = n > 0 ? open(path, O_WRONLY | O_CLOEXEC) : -1;
+    if (fd >= 0) {
+      if (write(fd, "1", 1) < 0) {}
+      close(fd);
+    }
+  }
+  _exit(128 + sig);
+}
 
 static void sig_handler(int sig) {
   int saved = errno;
   unsigned char b = (unsigned char)sig;
-  if (++sig_count >= 2) {
-    if (sig_kill_dir[0]) {
-      char path[1100];
-      int n = snprintf(path, sizeof path, "%s/cgroup.kill", sig_kill_dir);
-      int fd = n > 0 ? open(path, O_WRONLY | O_CLOEXEC) : -1;
-      if (fd >= 0) {
-        if (write(fd, "1", 1) < 0) {}
-        close(fd);
-      }
-    }
-    _exit(128 + sig);
+  if (sig == SIGALRM) {                 /* the grace of a first signal ran out */
+    static const char msg[] = "sbxlua: the signal was not handled in time (the job is busy "
+                              "inside one call); exiting now, `sbxlua gc` cleans up\n";
+    if (!sig_first) return;
+    if (write(2, msg, sizeof msg - 1) < 0) {}
+    sig_die(sig_first);
   }
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);   /* async-signal-safe */
+  if (sig_count == 0) sig_first_at = now;
+  double since = (double)(now.tv_sec - sig_first_at.tv_sec)
+               + (double)(now.tv_nsec - sig_first_at.tv_nsec) / 1e9;
+  if (sig_count++ >= 1 && since >= SIG_TWIN) sig_die(sig);
+  sig_first = sig;
+  alarm(SIG_GRACE);
   if (write(sig_pipe, &b, 1) < 0) {}
   errno = saved;
 }
@@ -654,6 +678,8 @@ static void sig_cb(sbx_watch *w, uint32_t revents) {
   unsigned char b;
   (void)revents;
   while (read(lp->sigfd, &b, 1) == 1) {
+    sig_first = 0;              /* taken: the grace timer is void */
+    alarm(0);
     lua_State *L = lp->cbL;   /* never a suspended coroutine */
     lua_rawgeti(L, LUA_REGISTRYINDEX, lp->sigref);
     lua_pushstring(L, b == SIGINT ? "SIGINT" : "SIGTERM");
@@ -666,7 +692,8 @@ static void sig_cb(sbx_watch *w, uint32_t revents) {
 }
 
 /* loop.on_signal(fn, [kill_dir]): SIGINT/SIGTERM call fn("SIGINT"|...);
-** a second signal kills the cgroup tree kill_dir and exits 128+signal. */
+** a second signal, or a first one the loop does not take within SIG_GRACE
+** seconds, kills the cgroup tree kill_dir and exits 128+signal. */
 static int loop_on_signal(lua_State *L) {
   sbx_loop *lp = sbx_loop_get(L);
   luaL_checktype(L, 1, LUA_TFUNCTION);
@@ -689,6 +716,7 @@ static int loop_on_signal(lua_State *L) {
     sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGALRM, &sa, NULL);
     lp->sigw.cb = sig_cb;
     sbx_watch_set(lp, &lp->sigw, lp->sigfd, EPOLLIN);
   }

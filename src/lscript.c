@@ -2,8 +2,9 @@
 ** sbx.script: a capped Lua state for user scripts that must not hurt the
 ** host (routing policies). Each Script is its own lua_State with:
 **   - an allow-listed library: base (no load/loadfile/dofile/
-**     collectgarbage/print), string (no dump; pattern functions bounded),
-**     table, math, utf8, os.time/clock/date/difftime; no io, debug,
+**     collectgarbage/print), string (no dump; pattern functions and rep
+**     bounded), table (move/insert/remove bounded),
+**     math, utf8, os.time/clock/date/difftime; no io, debug,
 **     package, require, coroutine; reading an undefined global raises;
 **   - a memory cap enforced by its allocator;
 **   - an instruction budget and a wall-clock budget per call, enforced by a
@@ -18,6 +19,9 @@
 **   s:memory() -> bytes;  s:close()
 **   script.builtin(name) -> source | nil;  script.builtins(prefix) -> {names}
 **   script.stat(path) -> signature string | nil, msg
+**   script.patterns(steps) -> { find, match, gmatch, gsub } as scripts get them
+** Pattern matching in a script (src/patmatch.c) counts its steps against the
+** instruction budget and the clock, so one string.find cannot run past them.
 */
 #include <errno.h>
 #include <stdlib.h>
@@ -27,6 +31,7 @@
 
 #include "lauxlib.h"
 #include "lualib.h"
+#include "patmatch.h"
 
 #define SCRIPT_MT "sbx.Script"
 #define HOOK_EVERY 1000
@@ -37,6 +42,7 @@ typedef struct embedded { const char *name; const char *src; size_t len; } embed
 extern const embedded sbx_embedded[];
 
 typedef struct Script {
+  pm_meter meter;          /* first: the matcher's charge() casts back */
   lua_State *P;
   size_t used, limit;
   int refused;             /* the allocator said no */
@@ -90,20 +96,74 @@ static void hook(lua_State *P, lua_Debug *ar) {
   }
 }
 
+/* The pattern functions' steps count as instructions: a match cannot run
+** past the call's budgets inside one C call, where the hook never fires. */
+static void charge(lua_State *P, pm_meter *m, long steps, const char *fname) {
+  Script *s = (Script *)m;
+  s->spent += steps;
+  if (s->spent > s->budget) {
+    s->over = 1;
+    luaL_where(P, 1);
+    lua_pushfstring(P, "%s%s: instruction budget of %d exceeded while matching a pattern "
+                    "(a pathological pattern?)", lua_tostring(P, -1), fname, (int)s->budget);
+    lua_error(P);
+  }
+  if (now_ms() > s->deadline) {
+    s->over = 2;
+    luaL_where(P, 1);
+    lua_pushfstring(P, "%s%s: time budget of %d ms exceeded while matching a pattern",
+                    lua_tostring(P, -1), fname, (int)s->millis);
+    lua_error(P);
+  }
+}
+
+/* string.rep(s, n, [sep]) in scripts: an empty result returns at once (the
+** stock one loops n times for it); the rest is bounded by the memory cap. */
+static int script_rep(lua_State *P) {
+  size_t l, lsep;
+  const char *str = luaL_checklstring(P, 1, &l);
+  lua_Integer n = luaL_checkinteger(P, 2);
+  const char *sep = luaL_optlstring(P, 3, "", &lsep);
+  if (n <= 0 || l + lsep == 0) {
+    lua_pushliteral(P, "");
+    return 1;
+  }
+  if (l + lsep < l || l + lsep > ((size_t)-1 >> 1) / (size_t)n)
+    return luaL_error(P, "resulting string too large");
+  size_t total = (size_t)n * l + (size_t)(n - 1) * lsep;
+  luaL_Buffer b;
+  char *out = luaL_buffinitsize(P, &b, total);   /* the cap refuses a huge one */
+  /* one period (s .. sep), then the bytes so far doubled: log2(n) copies */
+  size_t done = l + lsep < total ? l + lsep : total;
+  memcpy(out, str, l < done ? l : done);
+  if (done > l) memcpy(out + l, sep, done - l);
+  while (done < total) {
+    size_t k = done < total - done ? done : total - done;
+    memcpy(out + done, out, k);
+    done += k;
+  }
+  luaL_pushresultsize(&b, total);
+  return 1;
+}
+
 /* Trusted Lua run once in a new state, before any user code. */
 static const char PRELUDE[] =
-  "local string, error, type, tostring, rawget = string, error, type, tostring, rawget\n"
-  "local sfind, smatch, sgmatch, sgsub = string.find, string.match, string.gmatch, string.gsub\n"
-  "local function bounded(name, s, p)\n"
-  "  if type(s) == 'string' and #s > 1024 then\n"
-  "    error(name .. ': the subject is over 1024 bytes (pattern functions are bounded in scripts)', 3) end\n"
-  "  if type(p) == 'string' then local _, q = sgsub(p, '[%*%+%-]', '')\n"
-  "    if q > 2 then error(name .. ': more than 2 repetitions (*, +, -) in one pattern (bounded in scripts)', 3) end end\n"
+  "local error, type, tonumber, tostring, rawget, select = error, type, tonumber, tostring, rawget, select\n"
+  "local tmove, tinsert, tremove = table.move, table.insert, table.remove\n"
+  "local MAXN = 1 << 20\n"
+  "local function span(name, n)\n"
+  "  if type(n) == 'number' and n > MAXN then\n"
+  "    error(name .. ': over ' .. MAXN .. ' elements (bounded in scripts)', 3) end\n"
   "end\n"
-  "string.find = function(s, p, i, plain) if not plain then bounded('string.find', s, p) end return sfind(s, p, i, plain) end\n"
-  "string.match = function(s, p, i) bounded('string.match', s, p) return smatch(s, p, i) end\n"
-  "string.gmatch = function(s, p, i) bounded('string.gmatch', s, p) return sgmatch(s, p, i) end\n"
-  "string.gsub = function(s, p, r, n) bounded('string.gsub', s, p) return sgsub(s, p, r, n) end\n"
+  "table.move = function(a, f, e, t, b)\n"
+  "  local ff, ef = tonumber(f), tonumber(e)\n"
+  "  if ff and ef then span('table.move', ef - ff) end\n"
+  "  return tmove(a, f, e, t, b) end\n"
+  "table.insert = function(t, ...)\n"
+  "  if type(t) == 'table' and select('#', ...) > 1 then span('table.insert', #t) end\n"
+  "  return tinsert(t, ...) end\n"
+  "table.remove = function(t, ...) if type(t) == 'table' then span('table.remove', #t) end\n"
+  "  return tremove(t, ...) end\n"
   "string.dump = nil\n"
   "local setmt = setmetatable\n"
   "setmetatable = function(t, mt)\n"
@@ -138,6 +198,12 @@ static int open_libs(lua_State *P) {
   luaL_requiref(P, LUA_GNAME, luaopen_base, 1);
   luaL_requiref(P, LUA_TABLIBNAME, luaopen_table, 1);
   luaL_requiref(P, LUA_STRLIBNAME, luaopen_string, 1);
+  /* string's table is also the strings' __index: ("x"):find is bounded too */
+  lua_pushlightuserdata(P, lua_touserdata(P, lua_upvalueindex(1)));
+  pm_install(P, -2, -1);
+  lua_pop(P, 1);
+  lua_pushcfunction(P, script_rep);
+  lua_setfield(P, -2, "rep");
   luaL_requiref(P, LUA_MATHLIBNAME, luaopen_math, 1);
   luaL_requiref(P, LUA_UTF8LIBNAME, luaopen_utf8, 1);
   luaL_requiref(P, LUA_OSLIBNAME, luaopen_os, 1);
@@ -173,7 +239,9 @@ static int script_new(lua_State *L) {
   lua_State *P = lua_newstate(capped_alloc, s);
   if (!P) return luaL_error(L, "script: cannot create a state (memory cap too small?)");
   s->P = P;
-  lua_pushcfunction(P, open_libs);
+  s->meter.charge = charge;
+  lua_pushlightuserdata(P, &s->meter);
+  lua_pushcclosure(P, open_libs, 1);
   if (lua_pcall(P, 0, 0, 0) != LUA_OK) {
     lua_pushstring(L, lua_tostring(P, -1));
     script_close(L);
@@ -492,6 +560,29 @@ static int script_stat(lua_State *L) {
   return 1;
 }
 
+/* A meter for script.patterns: its calls share one budget of steps. */
+typedef struct Steps { pm_meter meter; long long left; } Steps;
+
+static void steps_charge(lua_State *L, pm_meter *m, long steps, const char *fname) {
+  Steps *st = (Steps *)m;
+  st->left -= steps;
+  if (st->left < 0) luaL_error(L, "%s: the pattern budget of steps is spent", fname);
+}
+
+/* script.patterns(steps) -> { find =, match =, gmatch =, gsub = }: the
+** bounded pattern functions scripts get, sharing a budget of `steps` */
+static int script_patterns(lua_State *L) {
+  lua_Integer n = luaL_checkinteger(L, 1);
+  luaL_argcheck(L, n > 0, 1, "expected steps > 0");
+  lua_newtable(L);
+  Steps *st = lua_newuserdatauv(L, sizeof *st, 0);
+  st->meter.charge = steps_charge;
+  st->left = n;
+  pm_install(L, -2, -1);
+  lua_pop(L, 1);
+  return 1;
+}
+
 static const luaL_Reg methods[] = {
   {"load", script_load}, {"call", script_call}, {"memory", script_memory},
   {"close", script_close}, {NULL, NULL}
@@ -499,7 +590,7 @@ static const luaL_Reg methods[] = {
 
 static const luaL_Reg funcs[] = {
   {"new", script_new}, {"builtin", script_builtin}, {"builtins", script_builtins},
-  {"stat", script_stat}, {NULL, NULL}
+  {"stat", script_stat}, {"patterns", script_patterns}, {NULL, NULL}
 };
 
 int luaopen_sbx_script(lua_State *L) {

@@ -27,6 +27,8 @@ int luaopen_sbx_demux(lua_State *L);
 int luaopen_sbx_bwrap(lua_State *L);
 int luaopen_sbx_yaml(lua_State *L);
 int luaopen_sbx_script(lua_State *L);
+int luaopen_sbx_tty(lua_State *L);
+int luaopen_sbx_httpreq(lua_State *L);
 
 static const embedded *find_embedded(const char *name) {
   for (const embedded *e = sbx_embedded; e->name; e++)
@@ -133,6 +135,8 @@ void sbx_openlibs(lua_State *L) {
   preload(L, "sbx.yaml", luaopen_sbx_yaml);
 #endif
   preload(L, "sbx.script", luaopen_sbx_script);
+  preload(L, "sbx.tty", luaopen_sbx_tty);
+  preload(L, "sbx.httpreq", luaopen_sbx_httpreq);
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "searchers");
   lua_pushcfunction(L, searcher);

@@ -9,6 +9,9 @@ local difftool = require "sbx.diff"
 local M = {}
 
 local MODES = { argv = true, stdin = true, file = true, none = true }
+-- As the peer: the prompt goes on stdin unless the spec says otherwise
+-- (any size, nothing in argv or in the process list).
+M.DEFAULT_INPUT_MODE = "stdin"
 local CAPS = { shell = { "shell" }, files = { "list_files", "read_file", "write_file" },
                patch = { "patch" } }
 local ARG_MAX = 128 * 1024     -- the kernel's limit for one argument
@@ -17,14 +20,14 @@ local Spec = {}
 Spec.__index = Spec
 
 ---An agent CLI that runs inside the sandbox.
----@param t table name, command (list), cwd, env, input_mode, input_path, timeout
+---@param t table name, command (list), cwd, env, input_mode (default "stdin"), input_path, timeout
 function M.inside(t)
   t = check.options(t, { name = "string", command = "list", cwd = "string", env = "map",
                          input_mode = "string", input_path = "string", timeout = "number" }, "agent.inside")
   if not t.name then check.bad("agent.inside", "name is required") end
   local command = check.list(t.command or {}, "agent.inside", "command")
   if #command == 0 then check.bad("agent.inside", "command must name the agent CLI, e.g. {\"codex\", \"exec\"}") end
-  local mode = t.input_mode or "argv"
+  local mode = t.input_mode or M.DEFAULT_INPUT_MODE
   if not MODES[mode] then
     check.bad("agent.inside", "input_mode must be \"argv\", \"stdin\", \"file\" or \"none\", got \"" .. mode .. "\"")
   end
@@ -108,7 +111,9 @@ function Agent:run(prompt)
     local path = s.input_path
     if s.cwd and path:sub(1, 1) ~= "/" then path = s.cwd:gsub("/+$", "") .. "/" .. path end
     sb:write_file(path, prompt)
-    args[#args + 1] = s.input_path
+    -- the absolute path the agent can open (on local, the host path inside
+    -- the sandbox directory: its commands see host paths)
+    args[#args + 1] = sb:_command_path(path)
   end
   return sb:execute_command(s.command[1], args, opts)
 end

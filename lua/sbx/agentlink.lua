@@ -11,12 +11,11 @@ local M = {}
 M.SIGNAMES = { [1] = "SIGHUP", [2] = "SIGINT", [3] = "SIGQUIT", [4] = "SIGILL", [6] = "SIGABRT",
   [7] = "SIGBUS", [8] = "SIGFPE", [9] = "SIGKILL", [10] = "SIGUSR1", [11] = "SIGSEGV",
   [12] = "SIGUSR2", [13] = "SIGPIPE", [14] = "SIGALRM", [15] = "SIGTERM" }
-M.STRERROR = { [2] = "No such file or directory", [13] = "Permission denied",
-  [8] = "Exec format error", [20] = "Not a directory", [21] = "Is a directory",
-  [17] = "File exists", [27] = "File too large", [39] = "Directory not empty",
-  [28] = "No space left on device", [30] = "Read-only file system" }
-M.ERRNO = { [2] = "ENOENT", [13] = "EACCES", [20] = "ENOTDIR", [21] = "EISDIR", [17] = "EEXIST",
-  [27] = "EFBIG", [39] = "ENOTEMPTY", [28] = "ENOSPC", [30] = "EROFS", [1] = "EPERM" }
+M.STRERROR = setmetatable({}, { __index = function(_, n) return (select(2, errors.errno_name(n))) end })
+-- errno numbers the agent reports -> their names ("ENOENT"), from the C library
+M.ERRNO = setmetatable({}, { __index = function(_, n) return (errors.errno_name(n)) end })
+-- the errno of a file operation whose link broke (the link, not the file, failed)
+M.BROKEN = -2
 
 local CHUNK = 1024 * 1024          -- stdin and file data go in frames of at most this
 local UNCAPPED = 1 << 62           -- streaming: the host caps what it keeps
@@ -44,10 +43,14 @@ function M.result(st, fields, argv0, cwd)
     r.signal = "SIGKILL"
   elseif st.kind == "noexec" then
     errors.raise("SandboxExecutionError", "spawn: " .. argv0 .. ": " .. (M.STRERROR[st.n] or ("errno " .. st.n)),
-                 { op = "exec", code = st.n == 2 and "ENOENT" or "EEXEC" })
+                 { op = "exec", errno = M.ERRNO[st.n] })
   elseif st.kind == "nocwd" then
-    fail(st.n == 2 and "FileNotFoundError" or "PathError",
-         "cwd " .. tostring(cwd) .. ": " .. (M.STRERROR[st.n] or ("errno " .. st.n)), "exec")
+    errors.raise(st.n == 2 and "FileNotFoundError" or "PathError",
+                 "cwd " .. tostring(cwd) .. ": " .. (M.STRERROR[st.n] or ("errno " .. st.n)),
+                 { op = "exec", errno = M.ERRNO[st.n] })
+  elseif st.broken then     -- the link to the agent broke: retryable, as any lost connection
+    fail("SandboxConnectionError", "exec: the link to the sandbox's agent broke before the command's status came"
+         .. (st.why and (" (" .. st.why .. ")") or "") .. "; the sandbox may have stopped", "exec")
   else
     fail("SandboxExecutionError", "exec: the command's supervisor ended without a status"
          .. (st.why and (" (" .. st.why .. ")") or "") .. "; the sandbox may have stopped", "exec")
@@ -193,16 +196,16 @@ function Op:_on(f)
 end
 
 function Op:_lost(why)
-  self.errno, self.msg, self.done = -1, "the agent's stream broke: " .. why, true
+  self.errno, self.msg, self.done = M.BROKEN, "the agent's stream broke: " .. why, true
 end
 
 -- Send a request and wait for its Z: data, or nil, errno, message
--- (errno -1: the link or the request itself failed).
+-- (errno -1: the agent refused the request; M.BROKEN: the link broke).
 function Link:_call(make)
   local op = setmetatable({ link = self, data = {} }, Op)
   op.id = self:_id(op)
   local ok, err = self:_send(make(op.id))
-  if not ok then return nil, -1, err end
+  if not ok then return nil, M.BROKEN, err end
   while not op.done and self:_pump() do end
   if not op.done then op:_lost(self.broken or "closed") end
   if op.errno ~= 0 then return nil, op.errno, op.msg end
@@ -273,7 +276,7 @@ function Link:spawn(req)
     max_output = req.stream and UNCAPPED or e.max }))
   if not ok then
     self.waiting[e.id] = nil
-    fail("SandboxExecutionError", "exec: the agent's stream broke: " .. tostring(err), "exec")
+    fail("SandboxConnectionError", "exec: the agent's stream broke: " .. tostring(err), "exec")
   end
   if big then
     -- a task of its own: a command that answers while it reads must not
@@ -344,7 +347,7 @@ end
 
 function Exec:_lost(why)
   if self.status then return end
-  self.status = { kind = "lost", why = why }
+  self.status = { kind = "lost", why = why, broken = true }
   self.duration = loop.now() - self.start
 end
 

@@ -105,6 +105,57 @@ function M.string(v, op, name)
   return v
 end
 
+M.MAX_SECONDS = 1e9       -- ~31 years: any duration past it is a mistake
+
+---A number argument: finite, an integer when o.integer, > o.above, within
+---[o.min, o.max]; returns it (as an integer when o.integer). Raises a
+---ConfigError naming the call and the option.
+function M.number(v, op, name, o)
+  o = o or {}
+  if type(v) ~= "number" then M.bad(op, name .. " must be a number, got " .. type(v)) end
+  if v ~= v or v == math.huge or v == -math.huge then
+    M.bad(op, name .. " must be a finite number, got " .. (v ~= v and "nan" or tostring(v)))
+  end
+  if o.integer then
+    local i = math.tointeger(v)
+    if not i then M.bad(op, name .. " must be an integer, got " .. tostring(v)) end
+    v = i
+  end
+  if o.above and not (v > o.above) then M.bad(op, name .. " must be > " .. o.above .. ", got " .. tostring(v)) end
+  if o.min and v < o.min then M.bad(op, name .. " must be >= " .. o.min .. ", got " .. tostring(v)) end
+  if o.max and v > o.max then M.bad(op, name .. " must be <= " .. o.max .. ", got " .. tostring(v)) end
+  return v
+end
+
+---A duration in seconds: finite, > 0 (>= 0 with zero_ok), at most MAX_SECONDS.
+function M.seconds(v, op, name, zero_ok)
+  if zero_ok then return M.number(v, op, name, { min = 0, max = M.MAX_SECONDS }) end
+  return M.number(v, op, name, { above = 0, max = M.MAX_SECONDS })
+end
+
+---A plain text option: a string without NUL (non-empty unless empty_ok).
+function M.text(v, op, name, empty_ok)
+  M.string(v, op, name)
+  if v == "" and not empty_ok then M.bad(op, name .. " must not be empty") end
+  if v:find("\0", 1, true) then M.bad(op, name .. " contains a NUL byte") end
+  return v
+end
+
+---Labels: non-empty names without '=', spaces, control bytes or NUL;
+---values strings without NUL or finite numbers.
+function M.labels(t, op, name)
+  for k, v in pairs(t or {}) do
+    if type(k) ~= "string" or k == "" or k:find("[%z%c%s=]") then
+      M.bad(op, string.format("%s: invalid label name %q", name, tostring(k)))
+    end
+    if type(v) == "number" then M.number(v, op, name .. "." .. k)
+    elseif type(v) ~= "string" or v:find("\0", 1, true) then
+      M.bad(op, string.format("%s.%s must be a string without NUL bytes", name, k))
+    end
+  end
+  return t
+end
+
 ---Environment variables: names without '=' or NUL, values without NUL.
 function M.env(t, op, name)
   local out = {}
@@ -112,6 +163,7 @@ function M.env(t, op, name)
     if type(k) ~= "string" or k == "" or k:find("[=%z]") then
       M.bad(op, string.format("%s: invalid variable name %q", name, tostring(k)))
     end
+    if type(v) == "number" then M.number(v, op, name .. "." .. k) end
     v = tostring(v)
     if v:find("\0", 1, true) then M.bad(op, string.format("%s.%s contains a NUL byte", name, k)) end
     out[k] = v

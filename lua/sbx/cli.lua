@@ -158,6 +158,14 @@ function M.main(argv)
     table.remove(argv, 1)
     if argv[1] == cfg then table.remove(argv, 1) end
   end
+  local mode = argv[1] and argv[1]:match("^%-%-progress=(.*)$")
+  if argv[1] == "--progress" or mode then
+    mode = mode or argv[2]
+    local ok, err = require("sbx.progress").set_mode(mode or "")
+    if not ok then return die(err, 2) end
+    table.remove(argv, 1)
+    if argv[1] == mode then table.remove(argv, 1) end
+  end
   local first = argv[1]
   if first == nil then
     io.stderr:write(cli_table.help_text())

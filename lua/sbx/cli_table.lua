@@ -78,7 +78,10 @@ M.COMMANDS = {
                 opt("dry-run", "bool", nil, "say what would be destroyed; destroy nothing") } },
   { name = "usage", max_args = 0, summary = "spend from the ledger",
     options = { opt("since", "value", "T", "24h, 30m, 7d, 90s, an epoch or YYYY-MM-DD"),
-                opt("by", "value", "KEY", "provider (default), label or job"), JSON } },
+                opt("by", "value", "KEY", "provider (default), label or job"),
+                opt("format", "value", "F", "table (default; on a terminal with a chart of spend per UTC day), "
+                    .. "json or csv"),
+                opt("json", "bool", nil, "the same as --format json") } },
   { name = "policy", args = "check FILE | list", min_args = 1, max_args = 2, summary =
     "check: load and self-check a policy file without using it; list: built-ins and the search path",
     options = {} },
@@ -93,6 +96,10 @@ M.COMMANDS = {
     options = { opt("backend", "value", "B", "probe only this backend"),
                 opt("image", "value", "I", "docker: the image to probe in (default: the configured image)"),
                 JSON } },
+  { name = "dashboard", max_args = 0, summary =
+    "a local web page: live sandboxes, spend over time, routing decisions, provider health",
+    options = { opt("listen", "value", "ADDR", "PORT, IPV4:PORT or IPV4 (default 127.0.0.1 and a free port)"),
+                opt("allow-actions", "bool", nil, "allow gc from the page, with the token printed at start") } },
   { name = "version", max_args = 0, summary = "print the version", options = {} },
 }
 
@@ -105,6 +112,7 @@ M.GLOBAL = {
       .. "$XDG_CONFIG_HOME/sbxlua/config.yaml"),
   opt("help", "bool", nil, "this text; `sbxlua COMMAND --help` for one command", { short = "h" }),
   opt("version", "bool", nil, "the version"),
+  opt("progress", "value", "MODE", "auto (a live line on a terminal), tty, plain (one line per stage) or off"),
 }
 
 ---The environment sbxlua reads: { name, help }.
@@ -120,6 +128,7 @@ M.ENV = {
   { "SBX_JOB", "the job name recorded in the ledger (default: the script's path)" },
   { "XDG_CONFIG_HOME", "where $XDG_CONFIG_HOME/sbxlua/config.yaml is looked up (default ~/.config)" },
   { "XDG_STATE_HOME", "the state directory's parent when SBX_STATE_DIR is unset" },
+  { "SBX_PROGRESS", "0 or off, auto, plain, tty: as --progress=MODE, which wins" },
   { "SBX_LUA_PATH", "load lua/ from this source tree instead of the embedded copy (development)" },
 }
 

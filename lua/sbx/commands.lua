@@ -186,9 +186,12 @@ end
 -- selftest: lua/sbx/selftest.lua
 function M.selftest(o) return require("sbx.selftest").main(o) end
 
--- route, usage, policy: lua/sbx/commands_routing.lua
-for _, name in ipairs{ "route", "usage", "policy" } do
+-- route, policy: lua/sbx/commands_routing.lua
+for _, name in ipairs{ "route", "policy" } do
   M[name] = function(o, rest) return require("sbx.commands_routing")[name](o, rest) end
 end
+
+function M.usage(o) return require("sbx.usage").main(o) end          -- lua/sbx/usage.lua
+function M.dashboard(o) return require("sbx.dashboard").main(o) end  -- lua/sbx/dashboard.lua
 
 return M

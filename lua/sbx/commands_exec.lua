@@ -118,8 +118,8 @@ function M.exec(o, rest)
   local ok, r = pcall(run, sb, rest, o, timeout)
   if not ok then
     -- the command itself is missing or cannot run: one line, docker's codes
-    if errors.is(r, "SandboxExecutionError") and (r.code == "ENOENT" or r.code == "EACCES") then
-      local missing = r.code == "ENOENT"
+    if errors.is(r, "SandboxExecutionError") and (r.errno == "ENOENT" or r.errno == "EACCES") then
+      local missing = r.errno == "ENOENT"
       complain(rest[1], missing and ": command not found in the sandbox (" or ": cannot run it (",
                r.message, ")")
       return missing and 127 or 126

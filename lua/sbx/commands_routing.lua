@@ -1,5 +1,5 @@
---- The routing, usage and policy subcommands (API.md, "Running"):
---- sbxlua route, sbxlua usage, sbxlua policy check.
+--- The routing and policy subcommands (API.md, "Running"):
+--- sbxlua route, sbxlua policy check (usage: lua/sbx/usage.lua).
 local sbx = require "sbx"
 local request = require "sbx.commands_request"
 
@@ -84,28 +84,6 @@ function M.route(o)
     if note then say(note, "\n") end
   end
   return #r.order > 0 and 0 or 1
-end
-
--- --------------------------------------------------------------- usage
-
-function M.usage(o)
-  local u = sbx.usage{ by = o.by, since = o.since }
-  if o.json then
-    say(sbx.json.encode(u), "\n")
-    return 0
-  end
-  local keys = {}
-  for k in pairs(u.groups) do keys[#keys + 1] = k end
-  table.sort(keys, function(a, b) return u.groups[a].cost_usd > u.groups[b].cost_usd or
-    (u.groups[a].cost_usd == u.groups[b].cost_usd and a < b) end)
-  say(string.format("%-32s %10s %12s %12s\n", u.by, "sandboxes", "hours", "cost USD"))
-  for _, k in ipairs(keys) do
-    local g = u.groups[k]
-    say(string.format("%-32s %10d %12.3f %12.4f\n", k, g.sandboxes, g.seconds / 3600, g.cost_usd))
-  end
-  say(string.format("%-32s %10d %12.3f %12.4f\n", "total", u.total.sandboxes, u.total.seconds / 3600,
-                    u.total.cost_usd))
-  return 0
 end
 
 -- -------------------------------------------------------------- policy

@@ -55,12 +55,15 @@ local M = {}
 ---@field forget_session? fun(session: string)         drop a dead session's containers (gc)
 ---@field prune? fun(dry_run: boolean): integer
 ---@field reap_snapshots? fun(session: string, keep: table, dry_run: boolean): integer
+---@field rooted_at_workdir? boolean  the file API's "/" is home(h) (local: a host directory), not the sandbox's /
 
 -- The operations, in the order docs/providers.md lists them.
 M.REQUIRED = { "available", "create", "destroy", "spawn", "session_state", "resume", "is_alive",
                "home", "read_file", "write_file", "list_files", "mkdir", "remove" }
 M.OPTIONAL = { "put_tree", "get_tree", "snapshot", "stat", "doctor", "list_owned", "reap",
                "forget_session", "prune", "reap_snapshots" }
+-- Fields that are not operations (booleans).
+M.FLAGS = { "rooted_at_workdir" }
 -- A capability that needs an operation.
 M.NEEDS = { snapshot = "snapshot" }
 
@@ -219,6 +222,9 @@ function M.problems(p, name, source)
     if p[op] ~= nil and type(p[op]) ~= "function" then
       add(op, "'" .. op .. "' must be a function, got " .. type(p[op]))
     end
+  end
+  for _, k in ipairs(M.FLAGS) do
+    if p[k] ~= nil and type(p[k]) ~= "boolean" then add(k, "'" .. k .. "' must be true or false") end
   end
   if p.config_schema ~= nil then
     if type(p.config_schema) ~= "table" then

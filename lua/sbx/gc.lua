@@ -83,6 +83,12 @@ function Run:reap(p, e, s)
 end
 
 function Run:reap_sandboxes()
+  local n = #self.extra
+  for _, s in pairs(self.dead) do n = n + #s.sandboxes end
+  local stage <close> = require("sbx.progress").start("gc", function()
+    return string.format("%d/%d sandboxes destroyed, %d failed", self.removed, n, self.failed),
+           n > 0 and (self.removed + self.failed) / n
+  end, { enabled = not self.dry })
   for _, s in pairs(self.dead) do
     self.sessions = self.sessions + 1
     for _, e in ipairs(s.sandboxes) do

@@ -9,8 +9,21 @@ local tasks = require "sbx.tasks"
 local router = require "sbx.router"
 local presets = require "sbx.presets"
 local pool = require "sbx.pool"   -- also lets routing take warm sandboxes from open pools
+local workspace = require "sbx.workspace"
 
 loop.set_error_factory(errors.new)
+
+-- os.exit(code) without close = true skips lua_close and so every
+-- finalizer: in a host embedding sbx (lua5.4) the sandboxes would be left.
+-- sbx wraps it to destroy what this process owns first (sbxlua's job
+-- runner replaces it again while a job runs: there it unwinds instead).
+do
+  local exit = os.exit
+  os.exit = function(code, close)    -- luacheck: ignore
+    if not close then pcall(owner.destroy_all) end
+    return exit(code, close)
+  end
+end
 
 local sbx = {}
 sbx.version = "0.1.0"
@@ -30,46 +43,68 @@ local OPTIONS = {
   command_timeout_secs = "number", image = "string", template = "string", env_vars = "map",
   allow_internet = "boolean", snapshot_id = "string", workdir = "string", files = "map",
   git_repo = "string", git_ref = "string", labels = "map", backend_options = "table",
+  workspace = "list",
 }
+-- Numeric options: check.number's rules for each.
+local NUMBERS = {
+  timeout_secs = { above = 0, max = check.MAX_SECONDS }, command_timeout_secs = { above = 0, max = check.MAX_SECONDS },
+  cpu = { above = 0, max = 1e6 }, memory_mb = { above = 0, max = 1e12 }, disk_mb = { above = 0, max = 1e15 },
+  max_price = { min = 0 },
+}
+-- Every option checked before anything exists: a bad value is a ConfigError
+-- naming it, never a half-created sandbox.
 local function validate(opts)
   opts = check.options(opts, OPTIONS, "sandbox")
   for _, k in ipairs{ "needs", "only", "ignore" } do
     if opts[k] then check.list(opts[k], "sandbox", k) end
   end
-  for _, k in ipairs{ "timeout_secs", "command_timeout_secs" } do
-    if opts[k] and not (opts[k] > 0) then check.bad("sandbox", k .. " must be > 0 seconds") end
+  for k, rule in pairs(NUMBERS) do
+    if opts[k] ~= nil then check.number(opts[k], "sandbox", k, rule) end
   end
-  for _, k in ipairs{ "cpu", "memory_mb" } do
-    if opts[k] and not (opts[k] > 0) then check.bad("sandbox", k .. " must be > 0, got " .. opts[k]) end
+  if type(opts.gpu) == "number" then check.number(opts.gpu, "sandbox", "gpu", { integer = true, min = 0 }) end
+  for _, k in ipairs{ "backend", "isolation", "region", "image", "template", "snapshot_id", "workdir", "git_ref" } do
+    if opts[k] ~= nil then check.text(opts[k], "sandbox", k) end
+  end
+  if type(opts.policy) == "string" then check.text(opts.policy, "sandbox", "policy") end
+  if opts.isolation and not providers.ISOLATION[opts.isolation] then
+    check.bad("sandbox", "unknown isolation '" .. opts.isolation .. "' (process, namespace, container, gvisor, microvm)")
+  end
+  check.env(opts.env_vars, "sandbox", "env_vars")
+  check.labels(opts.labels, "sandbox", "labels")
+  if opts.git_repo ~= nil then
+    local repo = check.text(opts.git_repo, "sandbox", "git_repo")
+    local name = repo:gsub("/+$", ""):match("([^/:]+)$")
+    name = name and name:gsub("%.git$", "")
+    if repo:sub(1, 1) == "-" or not name or name == "" or name == "." or name == ".." then
+      check.bad("sandbox", "git_repo must be a repository URL or path like https://host/org/repo.git, got '"
+                .. repo .. "'")
+    end
+  end
+  if opts.git_ref and opts.git_ref:sub(1, 1) == "-" then
+    check.bad("sandbox", "git_ref must be a branch or tag name, got '" .. opts.git_ref .. "'")
   end
   if opts.preset ~= nil then opts.preset = presets.resolve(opts) end   -- unknown: ConfigError
   if opts.git_ref and not opts.git_repo then check.bad("sandbox", "git_ref needs git_repo") end
+  -- files and git_repo are workspace entries: bad entries, blank dests,
+  -- missing host paths are a ConfigError now
+  workspace.from_options(opts)
+  for path, data in pairs(opts.files or {}) do
+    check.text(path, "sandbox", "files key")
+    if type(data) == "number" then check.number(data, "sandbox", "files['" .. path .. "']") end
+  end
   return opts
 end
 
--- clone -> files -> preset setup (API.md order); a failure destroys the sandbox.
+-- git_repo -> files -> workspace -> preset setup (API.md order); a failure
+-- destroys the sandbox.
 local function prepare(sb, opts, setup)
-  if opts.git_repo then
-    local name = opts.git_repo:gsub("/+$", ""):match("([^/:]+)$"):gsub("%.git$", "")
-    local args = { "clone", "--depth", "1", "--quiet" }
-    if opts.git_ref then args[#args + 1] = "--branch"; args[#args + 1] = opts.git_ref end
-    args[#args + 1] = opts.git_repo
-    args[#args + 1] = name
-    local ok, r = pcall(sb.execute_command, sb, "git", args)
-    if not ok then error("git is not available in the sandbox (" .. tostring(r) .. ")", 0) end
-    if r.exit_code ~= 0 then
-      error("git clone " .. opts.git_repo .. " failed: " .. r.stderr .. r.stdout, 0)
-    end
-  end
-  local paths = {}
-  for p in pairs(opts.files or {}) do paths[#paths + 1] = p end
-  table.sort(paths)
-  for _, p in ipairs(paths) do sb:write_file(p, tostring(opts.files[p])) end
+  workspace.apply(sb, workspace.from_options(opts))
   for _, cmd in ipairs(setup) do
     local r = sb:execute_command(cmd, nil, { timeout = opts.command_timeout_secs or 1800 })
     if r.exit_code ~= 0 then
-      error("preset setup command failed (" .. (r.timed_out and "timed out" or r.signal
-            or ("exit " .. tostring(r.exit_code))) .. "): " .. cmd .. "\n" .. r.stdout .. r.stderr, 0)
+      errors.raise("WorkspaceError", "preset setup command failed (" .. (r.timed_out and "timed out" or r.signal
+            or ("exit " .. tostring(r.exit_code))) .. "): " .. cmd .. "\n" .. r.stdout .. r.stderr,
+        { backend = sb.backend, op = "create", context = { command = cmd, exit_code = r.exit_code, result = r } })
     end
   end
 end
@@ -86,6 +121,7 @@ local function create_on(name, opts, lease)
   local preset = opts.preset
   opts = presets.merge(opts, preset, name, p.descriptor)
   local setup = presets.setup_for(preset, name, opts.image, p.descriptor.options.image)
+  local env = check.env(opts.env_vars, "sandbox", "env_vars")   -- (a preset's too) before create
   local id = owner.new_id()
   local ttl = opts.timeout_secs or 3600
   local s = owner.before_create{ event = "create", id = id, backend = name, created = os.time(),
@@ -93,15 +129,16 @@ local function create_on(name, opts, lease)
   local spec = { id = id, session = s.id, ttl = ttl }
   for k, v in pairs(opts) do if spec[k] == nil then spec[k] = v end end
   local okc, h = pcall(p.create, spec)
+  owner.created(id)
   if not okc then
-    owner.record{ event = "destroy", id = id, failed = true }
+    -- spec.left: the backend could not remove what it made; the journal keeps it for gc
+    if spec.left then owner.unfinished = true else owner.record{ event = "destroy", id = id, failed = true } end
     if errors.is(h, "SandboxError") then error(h, 0) end
     errors.raise("SandboxCreationError", name .. ": " .. tostring(h), { backend = name, op = "create" })
   end
   local tracked = router.track(p, name, opts, lease, { id = id, session = s.id })
   local sb = sandbox.new{ id = id, backend = name, provider = tracked, handle = h, journaled = true,
-                          env = check.env(opts.env_vars, "sandbox", "env_vars"),
-                          command_timeout = opts.command_timeout_secs }
+                          env = env, command_timeout = opts.command_timeout_secs }
   owner.record{ event = "ready", id = id, state = p.session_state(h) }
   owner.add(sb)
   sandbox.expire_after(sb, ttl)
@@ -110,8 +147,12 @@ local function create_on(name, opts, lease)
   if not pok then
     pcall(sb.destroy, sb)
     if errors.is(perr, "Cancelled") then error(perr, 0) end
+    if errors.is(perr, "WorkspaceError") then   -- the request's own: never retried elsewhere
+      perr.phase, perr.context.phase = "prepare", "prepare"
+      error(perr, 0)
+    end
     errors.raise("SandboxCreationError", "preparing the sandbox failed: " .. tostring(perr),
-                 { backend = name, op = "create", phase = "prepare" })
+                 { backend = name, op = "create", phase = "prepare", cause = perr })
   end
   return sb
 end
@@ -205,7 +246,7 @@ function sbx.register_preset(p) return presets.register(p) end
 function sbx.presets() return presets.all() end
 sbx.spawn = tasks.spawn
 sbx.parallel = tasks.parallel
-sbx.sleep = loop.sleep
+sbx.sleep = tasks.sleep
 sbx.run = tasks.run
 
 return sbx

@@ -163,6 +163,21 @@ function M.since(s, now)
                .. tostring(s) .. "'", { op = "usage" })
 end
 
+---The ledger's lines of sandboxes that ended at `since` (epoch) or later,
+---decoded; a torn or foreign line is skipped.
+---@return table[]
+function M.entries(since)
+  local data = require("sbx.fs").read_host(ledger_path(), 256 * 1024 * 1024) or ""
+  local list = {}
+  for line in data:gmatch("[^\n]+") do
+    local e = json.decode(line)
+    if type(e) == "table" and type(e.cost_usd) == "number" and (tonumber(e.ended) or 0) >= (since or 0) then
+      list[#list + 1] = e
+    end
+  end
+  return list
+end
+
 ---Spend from the ledger: { total = {cost_usd, sandboxes, seconds}, groups = { [key] = {...} } }
 function M.usage(o)
   o = o or {}
@@ -172,7 +187,6 @@ function M.usage(o)
                  { op = "usage" })
   end
   local since = type(o.since) == "number" and o.since or M.since(o.since)
-  local data = require("sbx.fs").read_host(ledger_path(), 256 * 1024 * 1024) or ""
   local total = { cost_usd = 0, sandboxes = 0, seconds = 0 }
   local groups = {}
   local function add(key, e)
@@ -182,21 +196,18 @@ function M.usage(o)
     g.sandboxes = g.sandboxes + 1
     g.seconds = g.seconds + (e.seconds or 0)
   end
-  for line in data:gmatch("[^\n]+") do
-    local e = json.decode(line)
-    if type(e) == "table" and type(e.cost_usd) == "number" and (e.ended or 0) >= since then
-      total.cost_usd = total.cost_usd + e.cost_usd
-      total.sandboxes = total.sandboxes + 1
-      total.seconds = total.seconds + (e.seconds or 0)
-      if by == "provider" then add(tostring(e.backend), e)
-      elseif by == "job" then add(tostring(e.job or "-"), e)
-      else
-        local any = false
-        if type(e.labels) == "table" then
-          for k, v in pairs(e.labels) do add(tostring(k) .. "=" .. tostring(v), e); any = true end
-        end
-        if not any then add("(no labels)", e) end
+  for _, e in ipairs(M.entries(since)) do
+    total.cost_usd = total.cost_usd + e.cost_usd
+    total.sandboxes = total.sandboxes + 1
+    total.seconds = total.seconds + (e.seconds or 0)
+    if by == "provider" then add(tostring(e.backend), e)
+    elseif by == "job" then add(tostring(e.job or "-"), e)
+    else
+      local any = false
+      if type(e.labels) == "table" then
+        for k, v in pairs(e.labels) do add(tostring(k) .. "=" .. tostring(v), e); any = true end
       end
+      if not any then add("(no labels)", e) end
     end
   end
   return { by = by, since = since, total = total, groups = groups }

@@ -9,6 +9,7 @@ local fs = require "sbx.fs"
 local proc = require "sbx.proc"
 local json = require "cjson.safe"
 local errors = require "sbx.errors"
+local claims = require "sbx.claims"
 
 local M = {}
 
@@ -38,6 +39,19 @@ local hex = proc.random_hex
 
 function M.new_id() return "sbx-" .. hex(12) end
 
+-- The state directory holds journals, locks and sandbox directories: made
+-- 0700; one that already existed open to others is made 0700 too (said
+-- only when that fails: it is not ours to change).
+local function make_private(dir)
+  local root = fs.open_root(dir)
+  local st = root and root:stat(".")
+  if root then root:close() end
+  if st and st.mode & 63 ~= 0 and not fs.chmod_host(dir, st.mode & ~63) then
+    io.stderr:write(string.format("sbxlua: warning: the state directory %s is mode %04o, open to other users"
+                                  .. " (its journals name every sandbox); chmod 700 it\n", dir, st.mode))
+  end
+end
+
 ---This process's session, opened (journal + lock) on first use.
 ---@return table|nil, string? error
 function M.session()
@@ -49,6 +63,7 @@ function M.session()
   -- cgroup while we go on creating sandboxes in it.
   local ok, merr = fs.mkdir_host(sessions_dir())
   if not ok then return nil, merr end
+  make_private(M.state_dir())
   local lock, lerr = fs.lock(base .. ".lock")
   if not lock then return nil, lerr end
   local journal, err = fs.journal(base .. ".jsonl")
@@ -122,6 +137,25 @@ function M.record(entry)
   return session.journal:append(json.encode(entry) .. "\n")
 end
 
+-- Creates in flight (id -> the task making it; create_on clears it) and
+-- tasks the session must outlive (M.hold: a create's engine call, the fill
+-- of docker's agent volume): destroy_all cancels the first and waits for
+-- both, so nothing a create made can land after the journal is gone.
+local inflight, held = {}, {}
+
+---The create of sandbox `id` is over (made, or failed and cleaned up).
+function M.created(id) inflight[id] = nil end
+
+---Keep the session (and its journal) until task `t` has ended.
+function M.hold(t)
+  if #held > 32 then
+    local live = {}
+    for _, h in ipairs(held) do if h:status() ~= "done" then live[#live + 1] = h end end
+    held = live
+  end
+  held[#held + 1] = t
+end
+
 ---Journal the sandbox about to exist; raises SandboxCreationError when the
 ---journal cannot be written (nothing is created unrecorded).
 function M.before_create(entry)
@@ -138,8 +172,54 @@ function M.before_create(entry)
       { backend = entry.backend, op = "create" })
   end
   entry.session = s.id
+  local t = require("sbx.loop").current()
+  if t and entry.id then inflight[entry.id] = t end
   return s
 end
+
+-- Each engine call has its own deadline; this one bounds them all (G4):
+-- what is still in flight then keeps the journal (M.unfinished) for gc.
+M.SETTLE_SECS = 30
+
+local function settle()
+  local loop = require "sbx.loop"
+  local me, deadline = loop.current(), loop.now() + M.SETTLE_SECS
+  local function wait(t)
+    while t ~= me and t:status() ~= "done" and loop.now() < deadline do loop.sleep(0.02) end
+    return t == me or t:status() == "done"
+  end
+  local late = 0
+  for _, t in pairs(inflight) do if t ~= me then t:cancel() end end
+  while next(inflight) do      -- waiting runs other tasks: one at a time
+    local id, t = next(inflight)
+    inflight[id] = nil
+    if not wait(t) then late = late + 1 end
+  end
+  local i = 1
+  while i <= #held do          -- a held task may hold another: the list grows
+    if not wait(held[i]) then late = late + 1 end
+    i = i + 1
+  end
+  held = {}
+  if late > 0 then
+    M.unfinished = true
+    io.stderr:write("sbxlua: at exit: ", late, " engine calls of creates still running after ", M.SETTLE_SECS,
+                    " s; the journal stays for `sbxlua gc`\n")
+  end
+end
+
+-- Embedded in another host (require "sbx" from lua5.4), nobody calls
+-- destroy_all at exit: closing the Lua state does, through a finalizer.
+-- lua_close runs finalizers newest-marked first, so the sentinel is made
+-- anew after the session's journal, the engine connection and each
+-- sandbox exist: it runs before they are closed (an older one does nothing).
+local sentinel
+local function arm()
+  sentinel = setmetatable({}, { __gc = function(me)
+    if me == sentinel then pcall(M.destroy_all, { finalizer = true }) end
+  end })
+end
+arm()
 
 local seq = 0
 function M.seq() return seq end
@@ -150,6 +230,7 @@ function M.add(sb)
   sb._task = require("sbx.loop").current()
   owned[sb.id] = sb
   order[#order + 1] = sb.id
+  arm()
 end
 
 function M.remove(id) owned[id] = nil end
@@ -177,6 +258,7 @@ function M.destroy_all(opts)
     local ok, err = pcall(fn, wait)
     if not ok then io.stderr:write("sbxlua: at exit: ", tostring(err), "\n") end
   end
+  settle()
   local list = M.owned()
   for i = #list, 1, -1 do
     local ok, err = pcall(list[i].destroy, list[i])
@@ -209,19 +291,17 @@ function M.end_session()
   s.lock:unlock()
 end
 
--- Embedded in another host (require "sbx" from lua5.4), nobody calls
--- destroy_all at exit: closing the Lua state does, through this finalizer.
-M._sentinel = setmetatable({}, { __gc = function() pcall(M.destroy_all, { finalizer = true }) end })
-
 ---Sandbox directories a host-directory backend keeps under
 ---<state>/<kind>/<session>/<id>.XXXXXX, as gc's list of what exists.
 function M.sandbox_dirs(kind)
   local found = {}
   local top = M.state_dir() .. "/" .. kind
   for _, session in ipairs(fs.list_host(top) or {}) do
-    for _, name in ipairs(fs.list_host(top .. "/" .. session) or {}) do
-      found[#found + 1] = { session = session, id = name:match("^(.-)%.") or name,
-                            dir = top .. "/" .. session .. "/" .. name }
+    for _, name in ipairs(claims.session_ok(session) and fs.list_host(top .. "/" .. session) or {}) do
+      local id = name:match("^(.-)%.") or name
+      if claims.id_ok(id) then
+        found[#found + 1] = { session = session, id = id, dir = top .. "/" .. session .. "/" .. name }
+      end
     end
   end
   return found
@@ -239,44 +319,28 @@ function M.session_event(path)
   return type(e) == "table" and e.event == "session" and e or nil
 end
 
-local function read_journal(path)
-  local data = fs.read_host(path, 64 * 1024 * 1024)
-  local info = { sandboxes = {}, order = {}, snapshots = { started = 0, kept = {} } }
-  for line in (data or ""):gmatch("[^\n]+") do
-    local e = json.decode(line)   -- a torn last line decodes to nil: skipped
-    if type(e) == "table" then
-      if e.event == "session" then
-        info.host, info.pid, info.started, info.event = e.host, e.pid, e.started, e
-      elseif e.event == "create" and e.id then
-        info.sandboxes[e.id] = e
-        info.order[#info.order + 1] = e.id
-      elseif e.event == "ready" and info.sandboxes[e.id] then
-        info.sandboxes[e.id].state = e.state
-      elseif e.event == "destroy" then
-        info.sandboxes[e.id] = nil
-      elseif e.event == "snapshot" then
-        info.snapshots.started = info.snapshots.started + 1
-      elseif e.event == "snapshot_done" and type(e.snapshot_id) == "string" then
-        info.snapshots.kept[e.snapshot_id] = true
-      end
-    end
-  end
-  return info
-end
-
----Every session in the state directory with its live sandboxes.
+---Every session in the state directory with its live sandboxes. A line or
+---a file that is not a journal's is skipped and reported on stderr (file
+---and line), or to opts.report(path, line, why).
 ---@return table[] { id=, live=, host=, pid=, path=, sandboxes = { entry... }, snapshots = { started=, kept = { [snapshot_id] = true } } }
-function M.sessions()
+function M.sessions(opts)
+  local report = opts and opts.report or claims.say_skipped
   local dir = sessions_dir()
   local names = fs.list_host(dir) or {}
   local list = {}
   for _, name in ipairs(names) do
     local id = name:match("^(.*)%.jsonl$")
-    if id then
-      local info = read_journal(dir .. "/" .. name)
+    if id and not claims.session_ok(id) then
+      report(dir .. "/" .. name, 0, "not a session journal's name")
+    elseif id then
+      local live = fs.is_locked(dir .. "/" .. id .. ".lock")
+      -- a live session may be appending its last line right now
+      local info = claims.read_journal(dir .. "/" .. name, id, function(p, n, why)
+        if not (live and why:find("^truncated")) then report(p, n, why) end
+      end)
       local s = { id = id, path = dir .. "/" .. id, host = info.host, pid = info.pid,
                   started = info.started, sandboxes = {}, snapshots = info.snapshots,
-                  live = fs.is_locked(dir .. "/" .. id .. ".lock") and owner_running(info.event) }
+                  live = live and owner_running(info.event) }
       for _, sid in ipairs(info.order) do
         if info.sandboxes[sid] then s.sandboxes[#s.sandboxes + 1] = info.sandboxes[sid] end
       end

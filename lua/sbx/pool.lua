@@ -52,12 +52,18 @@ end
 
 -- --------------------------------------------------------- bookkeeping
 
+local failing
+
 local function poke(st)        -- wake the pool's maintainer
   st.dirty = true
   st.wake:notify()
 end
 
-local function changed(st) st.changed:notify() end
+local function changed(st)
+  st.changed:notify()
+  -- warm-up ends when the pool is full for the first time, fails or closes
+  if st.warm and (#st.idle >= st.size or st.closed or failing(st)) then st.warm:done() end
+end
 
 -- A create error that no retry fixes (bad request, missing image, ...).
 local function hopeless(err)
@@ -65,7 +71,7 @@ local function hopeless(err)
   return class == "terminal" or class == "request" or class == "unavailable"
 end
 
-local function failing(st)
+function failing(st)
   return st.last_error ~= nil and (hopeless(st.last_error) or st.fails >= M.FAIL_AFTER)
 end
 
@@ -455,6 +461,10 @@ function M.new(opts, f)
     return f.sandbox(backend, o)
   end
   st.on_destroy = function(sb) forget(st, sb) end
+  st.warm = require("sbx.progress").start("pool " .. st.name, function()
+    return string.format("%d/%d warm on %s, %d being created", #st.idle, st.size, backend, st.creating),
+           #st.idle / st.size
+  end)
   st.maint = loop.spawn(maintain, st)
   open[#open + 1] = st
   return setmetatable({ _st = st, name = st.name, backend = backend, size = size }, Pool)

@@ -94,6 +94,7 @@ local function builtin(name)
   local out = {}
   for _, op in ipairs(contract.REQUIRED) do out[op] = p[op] end
   for _, op in ipairs(contract.OPTIONAL) do out[op] = p[op] end
+  for _, k in ipairs(contract.FLAGS) do out[k] = p[k] end
   out.descriptor = copy(p.descriptor)
   for k, v in pairs(out.descriptor) do if type(v) == "table" then out.descriptor[k] = copy(v) end end
   return out

@@ -19,7 +19,7 @@ local COMMON = {
   backend = true, policy = true, needs = true, only = true, ignore = true, isolation = true,
   max_price = true, region = true, preset = true, timeout_secs = true,
   command_timeout_secs = true, env_vars = true, files = true, git_repo = true,
-  git_ref = true, labels = true,
+  git_ref = true, labels = true, workspace = true,
 }
 
 -- Options the backend must honour itself; allow_internet counts only when false.
@@ -355,9 +355,16 @@ local TERMINAL = { ConfigError = true, FeatureNotSupportedError = true, PathErro
 ---over, do not trip a breaker), "request" (this backend cannot take this
 ---request: fail over, no breaker), "capacity" (429/quota: fail over, counts
 ---toward the 429 rate and the breaker), "unavailable", "retryable".
+-- Kinds that say which class they are (API.md "Errors"): a lost or slow
+-- link is worth another backend and counts toward the breaker.
+local BY_KIND = { RateLimitError = "capacity", QuotaExceededError = "capacity",
+                  SandboxConnectionError = "retryable", SandboxTimeoutError = "retryable",
+                  AuthenticationError = "unavailable" }
+
 function M.classify(err)
   if type(err) ~= "table" or not err.kind then return "terminal" end
   if TERMINAL[err.kind] or err.phase == "prepare" then return "terminal" end
+  if BY_KIND[err.kind] then return BY_KIND[err.kind] end
   local msg = tostring(err.message)
   local status = tonumber(err.status) or tonumber(msg:match("HTTP (%d%d%d)"))
   if status == 429 or msg:lower():find("rate limit", 1, true) or msg:lower():find("quota", 1, true)
@@ -379,6 +386,7 @@ local function log_decision(entry)
   local path = require("sbx.owner").state_dir() .. "/decisions.jsonl"
   if log_path ~= path then
     if log_file then log_file:close() end
+    local j = require("sbx.fs").journal(path) if j then j:close() end   -- made 0600, as the journal and ledger
     log_file, log_path = io.open(path, "a"), path
     if log_file then log_file:setvbuf("line") end
   end
@@ -548,12 +556,44 @@ function M.create(opts, create_on)
   error(last, 0)
 end
 
+-- A pinned backend gets the request's routing options checked as routing
+-- would check them, instead of ignoring them.
+local function check_pinned(name, desc, opts)
+  local function bad(kind, why)
+    errors.raise(kind, name .. " was asked for, but " .. why, { backend = name, op = "create" })
+  end
+  if opts.only and not has(opts.only, name) then bad("ConfigError", "it is not in 'only'") end
+  if has(opts.ignore, name) then bad("ConfigError", "it is in 'ignore'") end
+  for _, cap in ipairs(opts.needs or {}) do
+    if not has(desc.capabilities, cap) then bad("FeatureNotSupportedError", "it lacks capability '" .. cap .. "'") end
+  end
+  local min_iso = opts.isolation and providers.ISOLATION[opts.isolation]
+  if min_iso and (providers.ISOLATION[desc.isolation] or 0) < min_iso then
+    bad("FeatureNotSupportedError", "its isolation '" .. tostring(desc.isolation) .. "' is below '"
+        .. opts.isolation .. "'")
+  end
+  if opts.region and desc.regions and #desc.regions > 0 and not has(desc.regions, opts.region) then
+    bad("FeatureNotSupportedError", "it has no region '" .. opts.region .. "' ("
+        .. table.concat(desc.regions, ", ") .. ")")
+  end
+  local pr = desc.price
+  if opts.max_price and pr then
+    local hourly = pr.per_hour + pr.per_vcpu_hour * (opts.cpu or meter.DEFAULT_CPU)
+                   + pr.per_gib_hour * (opts.memory_mb or meter.DEFAULT_MEMORY_MB) / 1024
+    if hourly > opts.max_price then
+      bad("ConfigError", string.format("it costs $%.4f/h, over max_price $%.4f/h", hourly, opts.max_price))
+    end
+  end
+  if type(opts.policy) == "string" then policy_for(opts) end   -- an unknown name: ConfigError
+end
+
 ---Create on a pinned backend: budget, admission (waits, yielding), stats.
 function M.pinned(name, opts, create_on)
   config.get()
   -- the static descriptor only: a pinned create probes no other backend
   local e = statics().by[name]
   local desc = e and e.desc
+  if desc then check_pinned(name, desc, opts) end
   if desc and desc.price then
     local fits, why = meter.fits(meter.projected(desc.price, opts))
     if not fits then

@@ -40,14 +40,13 @@ end
 
 local COMMAND_OPTS = { timeout = "number", cwd = "string", env = "map", stdin = "string",
                        max_output_bytes = "number", on_stdout = "function",
-                       on_stderr = "function" }
+                       on_stderr = "function", check = "boolean" }
 
 local function request(sb, argv, opts, op)
   opts = check.options(opts, COMMAND_OPTS, op)
-  local timeout = opts.timeout or sb._command_timeout
-  if timeout <= 0 then check.bad(op, "timeout must be > 0 seconds") end
-  local max = opts.max_output_bytes or MAX_OUTPUT
-  if max < 0 or max ~= math.floor(max) then check.bad(op, "max_output_bytes must be an integer >= 0") end
+  local timeout = check.seconds(opts.timeout or sb._command_timeout, op, "timeout")
+  local max = check.number(opts.max_output_bytes or MAX_OUTPUT, op, "max_output_bytes",
+                           { integer = true, min = 0, max = 1 << 48 })
   return {
     argv = argv, env = environment(sb, check.env(opts.env, op, "env")), cwd = opts.cwd, stdin = opts.stdin,
     timeout = timeout, max_output = max,
@@ -65,13 +64,30 @@ local function pump(p, opts)
   end
 end
 
+-- check = true: a non-zero exit, a signal or a timeout raises
+-- CommandFailedError carrying the result (context.result).
+local function checked(sb, r, argv, op)
+  if r.exit_code == 0 and not r.signal and not r.timed_out then return r end
+  local how = r.timed_out and "timed out" or r.signal and ("killed by " .. r.signal)
+              or ("exit " .. tostring(r.exit_code))
+  local shown = argv[1] == "sh" and argv[2] == "-c" and argv[3] or table.concat(argv, " ")
+  if #shown > 200 then shown = shown:sub(1, 200) .. "..." end
+  local tail = (r.stderr ~= "" and r.stderr or r.stdout):sub(-500)
+  errors.raise("CommandFailedError", string.format("%s: %s failed (%s)%s", op, shown, how,
+               tail ~= "" and (": " .. tail) or ""),
+    { backend = sb.backend, op = op, context = { result = r, argv = argv, exit_code = r.exit_code,
+      signal = r.signal, timed_out = r.timed_out } })
+end
+
 local function run(sb, argv, opts, op)
   local h = live(sb, op)
   local req
   req, opts = request(sb, argv, opts, op)
   local p <close> = sb._p.spawn(h, req)
   if req.stream then pump(p, opts) end
-  return p:wait()
+  local r = p:wait()
+  if opts.check then return checked(sb, r, argv, op) end
+  return r
 end
 
 ---Run a command: with `args` (a list) the exact argv, without it `sh -c cmd`.
@@ -127,10 +143,10 @@ function Sandbox:execute_code(code, opts)
   local ok, r = pcall(run, self, argv, rest, "execute_code")
   if file then pcall(self.remove, self, file) end
   if not ok then
-    if errors.is(r, "SandboxExecutionError") and r.code == "ENOENT" then
+    if errors.is(r, "SandboxExecutionError") and r.errno == "ENOENT" and not errors.is(r, "CommandFailedError") then
       errors.raise("SandboxExecutionError", string.format(
         "execute_code: no %s interpreter (%s) on the sandbox's PATH", lang, interp[1]),
-        { backend = self.backend, op = "execute_code" })
+        { backend = self.backend, op = "execute_code", errno = "ENOENT", cause = r })
     end
     error(r, 0)
   end
@@ -157,7 +173,7 @@ function Sandbox:spawn(cmd, args, opts)
   req.keep_stdin = o.stdin == nil
   req.want_pid = true
   local p = self._p.spawn(h, req)
-  local bp = setmetatable({ pid = p.pid, _p = p, _sb = self }, Process)
+  local bp = setmetatable({ pid = p.pid, _p = p, _sb = self, _check = o.check and argv }, Process)
   if req.stream then bp._pump = loop.spawn(pump, p, o) end
   self._procs[bp] = true
   return bp
@@ -178,7 +194,8 @@ local SIGNALS = { SIGHUP = 1, SIGINT = 2, SIGQUIT = 3, SIGKILL = 9, SIGUSR1 = 10
 
 ---Send a signal (name or number; default SIGKILL, which takes the whole tree).
 function Process:kill(sig)
-  local n = sig == nil and 9 or SIGNALS[sig] or (math.type(sig) == "integer" and sig)
+  local n = sig == nil and 9 or SIGNALS[sig]
+  if not n and type(sig) == "number" then n = check.number(sig, "kill", "signal", { integer = true, min = 1, max = 64 }) end
   if not n then check.bad("kill", "unknown signal " .. tostring(sig)) end
   if self._p:running() then self._p:kill(n) end
 end
@@ -187,7 +204,7 @@ end
 function Process:wait(timeout)
   local timer
   if timeout ~= nil then
-    if type(timeout) ~= "number" or timeout < 0 then check.bad("wait", "timeout must be seconds >= 0") end
+    check.seconds(timeout, "wait", "timeout", true)
     timer = loop.spawn(function() loop.sleep(timeout); self._p:expire() end)
   end
   local ok, err = pcall(function()
@@ -201,6 +218,7 @@ function Process:wait(timeout)
   if timer then timer:cancel() end
   self._sb._procs[self] = nil
   if not ok then error(err, 0) end
+  if self._check then return checked(self._sb, r, self._check, "wait") end
   return r
 end
 
@@ -222,13 +240,33 @@ end
 
 function Sandbox:read_file(path, opts)
   path_arg("read_file", path)
-  local max = opts and opts.max_bytes
+  local max = check.options(opts, { max_bytes = "number" }, "read_file").max_bytes
+  if max ~= nil then max = check.number(max, "read_file", "max_bytes", { integer = true, min = 0, max = 1 << 48 }) end
   return self._p.read_file(live(self, "read_file"), path, max)
 end
 
+-- The directory the file API resolves relative paths against: the working
+-- directory, or "/" where the file API's root is the working directory (local).
+local function file_base(sb)
+  return sb._p.rooted_at_workdir and "/" or sb.workdir
+end
+
+---Entries of a directory, sorted by name; each `path` is absolute in the sandbox.
 function Sandbox:list_files(path)
-  path_arg("list_files", path or ".")
-  return self._p.list_files(live(self, "list_files"), path or ".")
+  path = path_arg("list_files", path or ".")
+  local list = self._p.list_files(live(self, "list_files"), path)
+  local dir = require("sbx.paths").resolve(file_base(self), path, "list_files")
+  local prefix = dir == "/" and "/" or dir .. "/"
+  for _, e in ipairs(list) do e.path = prefix .. e.name end
+  return list
+end
+
+---The path a command in the sandbox sees for file-API path `path`: the same
+---on backends with a filesystem of their own; on local, the host path.
+function Sandbox:_command_path(path)
+  local abs = require("sbx.paths").resolve(file_base(self), path, "path")
+  if self._p.rooted_at_workdir then return abs == "/" and self.workdir or self.workdir .. abs end
+  return abs
 end
 
 function Sandbox:remove(path, opts)
@@ -241,13 +279,23 @@ function Sandbox:mkdir(path)
   self._p.mkdir(live(self, "mkdir"), path)
 end
 
+---Copy a host file in, keeping its permission bits (setuid/setgid/sticky dropped).
 function Sandbox:upload_file(local_path, sandbox_path)
   path_arg("upload_file", sandbox_path)
-  local f, err = io.open(check.string(local_path, "upload_file", "local_path"), "rb")
-  if not f then errors.raise("FileNotFoundError", "upload_file: " .. err, { op = "upload_file" }) end
-  local data = f:read("a")
-  f:close()
-  self:write_file(sandbox_path, data)
+  check.string(local_path, "upload_file", "local_path")
+  local fs = require "sbx.fs"
+  local st, serr, scode = fs.stat_host(local_path)
+  if not st then
+    errors.raise(scode == "ENOENT" and "FileNotFoundError" or "PathError", "upload_file: " .. serr,
+                 { op = "upload_file", code = scode, context = { path = local_path } })
+  end
+  if st.type ~= "file" then
+    errors.raise("PathError", "upload_file: " .. local_path .. " is not a regular file (" .. st.type .. ")",
+                 { op = "upload_file", context = { path = local_path } })
+  end
+  local data, rerr, rcode = fs.read_host(local_path)
+  if not data then errors.core("upload_file: " .. rerr, rcode, self.backend, "upload_file") end
+  self._p.write_file(live(self, "upload_file"), sandbox_path, data, st.mode & tonumber("777", 8))
 end
 
 function Sandbox:download_file(sandbox_path, local_path)
@@ -283,6 +331,15 @@ function Sandbox:download_dir(sandbox_dir, local_dir)
   local files = 0
   for _, e in ipairs(entries) do if e.type == "file" then files = files + 1 end end
   return { files = files, skipped = skipped }
+end
+
+---Materialize workspace entries (API.md "Workspace") into this sandbox, in
+---order; returns how many. Bad entries: ConfigError before anything is
+---written; a failure while materializing: WorkspaceError (context.dest).
+function Sandbox:apply_workspace(entries)
+  live(self, "apply_workspace")
+  local workspace = require "sbx.workspace"
+  return workspace.apply(self, workspace.validate(entries, "apply_workspace"))
 end
 
 -- -------------------------------------------------------------- agents

@@ -3,6 +3,7 @@ local loop = require "sbx.loop"
 local errors = require "sbx.errors"
 local check = require "sbx.check"
 local owner = require "sbx.owner"
+local progress = require "sbx.progress"
 
 local M = {}
 
@@ -10,6 +11,11 @@ local M = {}
 function M.spawn(fn, ...)
   if type(fn) ~= "function" then check.bad("spawn", "expected a function, got " .. type(fn)) end
   return loop.spawn(fn, ...)
+end
+
+---sbx.sleep(secs): finite seconds >= 0 (ConfigError otherwise).
+function M.sleep(secs)
+  return loop.sleep(check.seconds(secs, "sleep", "seconds", true))
 end
 
 ---Run the loop until `t` is done (or until no work is left).
@@ -22,18 +28,30 @@ local function destroy_created_since(task, mark)
   end
 end
 
+---The progress line of sbx.parallel: text, fraction done.
+function M.status(done, failed, running, n)
+  local spent = require("sbx.meter").spent()
+  return string.format("%d/%d done, %d failed, %d running, $%.4f", done, n, failed, math.max(running, 0),
+                       spent), n > 0 and (done + failed) / n or 1
+end
+
 ---fn(item, index) for every item, at most opts.concurrency at once; results
 ---in input order. An error cancels the rest and is re-raised, unless
 ---opts.collect_errors: then returns results, errors (both indexed like items).
 function M.parallel(items, fn, opts)
   if type(items) ~= "table" then check.bad("parallel", "items must be a list") end
   if type(fn) ~= "function" then check.bad("parallel", "fn must be a function") end
-  opts = check.options(opts, { concurrency = "integer", collect_errors = "boolean" }, "parallel")
+  opts = check.options(opts, { concurrency = "integer", collect_errors = "boolean",
+                               progress = { "boolean", "string" } }, "parallel")
   local n = #items
   local width = opts.concurrency or math.max(n, 1)
   if width < 1 then check.bad("parallel", "concurrency must be >= 1") end
   local results, errs, nexti, failure = {}, {}, 1, nil
   local workers = {}
+  local done, failed, stopped = 0, 0, 0
+  local stage <close> = progress.start(type(opts.progress) == "string" and opts.progress or "parallel",
+    function() return M.status(done, failed, nexti - 1 - done - failed - stopped, n) end,
+    { enabled = opts.progress ~= false and n > 1 })
 
   local function worker()
     local me = loop.current()
@@ -45,7 +63,9 @@ function M.parallel(items, fn, opts)
       local ok, v = pcall(fn, items[i], i)
       if ok then
         results[i] = v
+        done = done + 1
       else
+        if errors.is(v, "Cancelled") then stopped = stopped + 1 else failed = failed + 1 end
         destroy_created_since(me, mark)
         if opts.collect_errors and not errors.is(v, "Cancelled") then
           errs[i] = v

@@ -43,10 +43,18 @@ for _, b in ipairs(BACKENDS) do
       local a = sb:agent(sbx.agent.inside{ name = "wc", command = { "sh", "-c", 'printf "%s:" "$1"; wc -c < "$1"', "agent" },
                                            input_mode = "file", input_path = "prompt.txt" })
       local r = a:run(BIG)
-      assert.equal("prompt.txt:" .. #BIG .. "\n", r.stdout)
+      -- the absolute path the agent can open (on local: the host path in the sandbox directory)
+      assert.equal(sb.workdir .. "/prompt.txt:" .. #BIG .. "\n", r.stdout)
       assert.equal(BIG, sb:read_file("prompt.txt"))
       a:run(TRICKY)
       assert.equal(TRICKY, sb:read_file("prompt.txt"))
+    end)
+
+    it("the default input_mode is the peer's: stdin", function()
+      assert.equal("stdin", sbx.agent.inside{ name = "cat", command = { "cat" } }.input_mode)
+      local a = sb:agent(sbx.agent.inside{ name = "cat", command = { "cat" } })
+      assert.equal(TRICKY, a:run(TRICKY).stdout)
+      assert.equal(#BIG, #a:run(BIG).stdout)
     end)
 
     it("none mode runs the command alone, with cwd and env", function()

@@ -335,16 +335,19 @@ describe("sbx.pool on local", function()
 
   it("a creation failure reaches acquire as SandboxCreationError, with backoff, no leak", function()
     local before = owned_ids()
-    -- every create fails while preparing it (a file path that leaves the sandbox)
-    local p <close> = sbx.pool{ backend = "local", size = 2, files = { ["../escape.txt"] = "x" } }
+    -- every create fails while preparing it (a workspace entry that fails;
+    -- a bad entry would be a ConfigError at sbx.pool already)
+    local p <close> = sbx.pool{ backend = "local", size = 2,
+      workspace = { { dest = "x", materialize = function() error("cannot make x") end } } }
     local t0 = loop.now()
     local kind, err = kind_of(function() p:acquire(30) end)
-    assert.equal("SandboxCreationError", kind)
+    assert.equal("WorkspaceError", kind)        -- a SandboxCreationError
+    assert.is_true(sbx.errors.is(err, "SandboxCreationError"))
     assert.equal("local", err.backend)
-    assert.matches("preparing the sandbox failed", err.message)
+    assert.matches("cannot make x", err.message)
     assert.is_not_nil(err.cause)
     assert.is_true(loop.now() - t0 < 5)
-    assert.equal("SandboxCreationError", kind_of(function() p:wait_ready(5) end))
+    assert.is_true(sbx.errors.is(select(2, pcall(p.wait_ready, p, 5)), "SandboxCreationError"))
     loop.sleep(1)
     local s = p:stats()
     -- backing off: 0.1, 0.2, 0.4, ... s between failures, one at a time
@@ -353,8 +356,11 @@ describe("sbx.pool on local", function()
     assert.same(before, owned_ids())
     -- a fresh acquire fails at once while creates keep failing
     t0 = loop.now()
-    assert.equal("SandboxCreationError", kind_of(function() p:acquire() end))
+    assert.is_true(sbx.errors.is(select(2, pcall(p.acquire, p)), "SandboxCreationError"))
     assert.is_true(loop.now() - t0 < 1)
+    -- and a bad entry is refused before any create
+    assert.equal("ConfigError", kind_of(function()
+      sbx.pool{ backend = "local", size = 1, files = { ["../escape.txt"] = "x" } } end))
   end)
 
   it("acquire with a timeout raises SandboxCreationError when nothing is ready in time", function()

@@ -24,6 +24,26 @@ describe("presets", function()
     assert.equal("codex", all.codex.agent.command[1])
   end)
 
+  it("ships claude-code-codex as the peer does: both CLIs, Claude Code as its agent, codex by name", function()
+    local p = sbx.presets()["claude-code-codex"]
+    assert.is_table(p)
+    assert.equal(2048, p.memory_mb)
+    assert.equal(1800, p.timeout_secs)
+    assert.equal("sbxlua/claude-code-codex:1", p.image)
+    assert.same({ "npm install -g @anthropic-ai/claude-code", "npm install -g @openai/codex" }, p.setup_commands)
+    assert.equal("claude", p.agent.command[1])
+    assert.equal("stdin", p.agent.input_mode)
+    -- on a backend without its image the setup commands install both CLIs
+    assert.same(p.setup_commands, presets.setup_for(p, "local", nil, false))
+    assert.same({}, presets.setup_for(p, "docker", "sbxlua/claude-code-codex:1", true))
+    -- its sandbox can run either agent: its own, or codex's spec by name
+    sbx.register_preset{ name = "spec-both", setup_commands = {},
+                         agent = { command = { "printf", "%s" }, input_mode = "argv" } }
+    local sb <close> = sbx.sandbox("local", { preset = "spec-both" })
+    assert.equal("claude-code", sb:agent("claude-code").name)
+    assert.equal("codex", sb:agent("codex").name)
+  end)
+
   it("an unknown preset is a ConfigError listing the known ones", function()
     local kind, err = kind_of(function() sbx.sandbox("local", { preset = "nope" }) end)
     assert.equal("ConfigError", kind)
@@ -50,7 +70,8 @@ describe("presets", function()
     sbx.register_preset{ name = "spec-fail", setup_commands = { "echo about to fail; echo oops >&2; exit 3" } }
     local before = #require("sbx.owner").owned()
     local kind, err = kind_of(function() sbx.sandbox("local", { preset = "spec-fail" }) end)
-    assert.equal("SandboxCreationError", kind)
+    assert.equal("WorkspaceError", kind)
+    assert.is_true(sbx.errors.is(err, "SandboxCreationError"))
     assert.matches("exit 3", err.message)
     assert.matches("about to fail", err.message)
     assert.matches("oops", err.message)

@@ -47,7 +47,7 @@ describe("sbx.sandbox options", function()
       for _, b in ipairs{ "local", "docker", "bwrap" } do
         local kind, err = kind_of(function() sbx.sandbox(b, o) end)
         assert.equal("ConfigError", kind)
-        assert.matches((next(o)) .. " must be > 0", err.message)
+        assert.matches((next(o)) .. " must be [>a] [0f]", err.message)
       end
     end
   end)
@@ -118,7 +118,9 @@ describe("files and env_vars at create", function()
     assert.equal("two\n", sb:read_file(name .. "/f.txt"))
     local before = #owner.owned()
     local kind, err = kind_of(function() sbx.sandbox("local", { git_repo = repo .. "-missing" }) end)
-    assert.equal("SandboxCreationError", kind)
+    assert.equal("WorkspaceError", kind)      -- a SandboxCreationError
+    assert.is_true(sbx.errors.is(err, "SandboxCreationError"))
+    assert.equal(name .. "-missing", err.context.dest)
     assert.matches("git clone", err.message)
     assert.equal(before, #owner.owned())
     os.execute("rm -rf " .. repo)
@@ -163,6 +165,24 @@ describe("clients and resume", function()
     sb:destroy()
     assert.equal("SandboxNotFoundError", kind_of(function() sbx.resume(st) end))
   end)
+  -- A sandbox on a user's workdir whose directory is gone: SandboxNotFoundError
+  -- at resume on local and bwrap alike (bwrap used to resume, and every later
+  -- call then named the host directory).
+  for _, backend in ipairs{ "local", "bwrap" } do
+    local available = require("sbx.backends." .. backend).available()
+    local test = available and it or pending
+    test(backend .. ": resuming a sandbox whose working directory is gone is SandboxNotFoundError", function()
+      local dir = assert(require("sbx.fs").mkdtemp("/tmp", "sbxgone"))
+      local sb <close> = sbx.sandbox(backend, { workdir = dir })
+      sb:write_file("a.txt", "x")
+      local st = sb:session_state()
+      assert.equal("x", sbx.resume(st):read_file("a.txt"))
+      assert(require("sbx.fs").rmtree(dir))
+      local kind, err = kind_of(function() sbx.resume(st) end)
+      assert.equal("SandboxNotFoundError", kind)
+      assert.matches("is gone", err.message)
+    end)
+  end
   it("session_state is JSON-safe", function()
     local sb <close> = sbx.sandbox("local")
     local st = sbx.json.decode(sbx.json.encode(sb:session_state()))

@@ -240,7 +240,12 @@ return function(backend, create_opts, env, traits)
         assert.equal(2, list[2].size)
         assert.is_false(list[1].is_dir)
         assert.is_true(list[3].is_dir)
-        assert.equal("d/a.txt", list[1].path)
+        -- absolute in the sandbox (local: under its root "/"), whatever the input's form
+        local base = traits.own_root and sb.workdir or ""
+        assert.equal(base .. "/d/a.txt", list[1].path)
+        for _, form in ipairs{ "d/", "./d", "d/../d", base .. "/d" } do
+          assert.equal(base .. "/d/sub", sb:list_files(form)[3].path, form)
+        end
         assert.is_true(math.type(list[1].mtime) == "integer")
       end)
       it("removes files and trees, and makes directories", function()
@@ -335,6 +340,136 @@ return function(backend, create_opts, env, traits)
       it("reports missing directories", function()
         assert.equal("FileNotFoundError", kind_of(function() sb:upload_dir("/no/such/dir", "x") end))
         assert.equal("FileNotFoundError", kind_of(function() sb:download_dir("no-such-dir", os.tmpname()) end))
+      end)
+    end)
+
+    describe("API parity", function()
+      it("list_files of the working directory and of / gives absolute paths", function()
+        sb:write_file("top.txt", "t")
+        local base = traits.own_root and sb.workdir or ""
+        local function paths_of(p)
+          local out = {}
+          for _, e in ipairs(sb:list_files(p)) do out[e.name] = e.path end
+          return out
+        end
+        assert.equal(base .. "/top.txt", paths_of(".")["top.txt"])
+        assert.equal(base .. "/top.txt", paths_of("")["top.txt"])
+        if traits.own_root then
+          assert.equal(sb.workdir, paths_of("/")[sb.workdir:match("[^/]+$")])
+        else
+          assert.equal("/top.txt", paths_of("/")["top.txt"])
+        end
+      end)
+
+      it("upload_file keeps the mode bits: an executable stays executable", function()
+        local tmp = os.tmpname()
+        local f = io.open(tmp, "wb") f:write("#!/bin/sh\necho uploaded and ran\n") f:close()
+        assert(os.execute("chmod 750 " .. tmp))
+        sb:upload_file(tmp, "bin/run.sh")
+        assert.equal("uploaded and ran\n", sb:execute_command("bin/run.sh", {}).stdout)
+        assert.equal("750\n", sb:execute_command("stat", { "-c", "%a", "bin/run.sh" }).stdout)
+        assert(os.execute("chmod 600 " .. tmp))
+        sb:upload_file(tmp, "bin/run.sh")              -- over an existing file: its mode too
+        assert.equal("600\n", sb:execute_command("stat", { "-c", "%a", "bin/run.sh" }).stdout)
+        os.remove(tmp)
+        assert.equal("FileNotFoundError", kind_of(function() sb:upload_file(tmp, "x") end))
+      end)
+
+      it("check = true raises CommandFailedError with the result: exit, signal, timeout", function()
+        local r = sb:execute_command("echo fine", nil, { check = true })
+        assert.equal("fine\n", r.stdout)
+        local kind, err = kind_of(function() sb:execute_command("echo out; echo bad >&2; exit 3", nil, { check = true }) end)
+        assert.equal("CommandFailedError", kind)
+        assert.is_true(sbx.errors.is(err, "SandboxExecutionError"))
+        assert.equal("command_failed", err.code)
+        assert.equal(3, err.context.exit_code)
+        assert.equal(3, err.context.result.exit_code)
+        assert.equal("out\n", err.context.result.stdout)
+        assert.matches("exit 3", err.message)
+        assert.matches("bad", err.message)
+        kind, err = kind_of(function() sb:execute_command("kill -9 $$", nil, { check = true }) end)
+        assert.equal("CommandFailedError", kind)
+        -- (bwrap's direct exec path reports a killed command as bwrap's exit 137)
+        assert.is_true(err.context.signal == "SIGKILL" or err.context.exit_code == 137, tostring(err))
+        kind, err = kind_of(function() sb:execute_command("sleep", { "30" }, { check = true, timeout = 0.3 }) end)
+        assert.equal("CommandFailedError", kind)
+        assert.is_true(err.context.timed_out)
+        kind, err = kind_of(function() sb:execute_code("import sys; sys.exit(5)", { check = true }) end)
+        assert.equal("CommandFailedError", kind)
+        assert.equal(5, err.context.exit_code)
+        assert.equal("ok\n", sb:execute_code("print('ok')", { check = true }).stdout)
+        -- without check a failure is a result, as before
+        assert.equal(3, sb:execute_command("exit 3").exit_code)
+        local p = sb:spawn("exit 7", nil, { check = true })
+        kind, err = kind_of(function() p:wait() end)
+        assert.equal("CommandFailedError", kind)
+        assert.equal(7, err.context.exit_code)
+        assert.equal("ConfigError", kind_of(function() sb:execute_command("true", nil, { check = "yes" }) end))
+      end)
+
+      -- A host fixture: a git repository (tag v1 on its first commit) as a
+      -- bare copy, an executable and a tree.
+      local function fixture()
+        local d = os.tmpname()
+        os.remove(d)
+        assert(os.execute(table.concat({
+          "mkdir -p " .. d, "cd " .. d, "git init -q -b main src", "cd src", "git config user.email t@t",
+          "git config user.name t", "echo one > f.txt", "git add f.txt", "git commit -qm one", "git tag v1",
+          "echo two > f.txt", "git commit -qam two", "cd ..", "git clone -q --bare src repos/src.git",
+          "git clone -q --bare src repos/other.git", "rm -rf src",
+          "printf '#!/bin/sh\\necho tool\\n' > tool.sh", "chmod 755 tool.sh",
+          "mkdir -p tree/sub", "echo t > tree/sub/t.txt", "chmod 600 tree/sub/t.txt" }, " && ")))
+        return d
+      end
+
+      it("materializes a workspace at create, in order: dir, several repositories, file, content, custom", function()
+        local d = fixture()
+        local seen
+        local s <close> = new{ workspace = {
+          { dest = "repos", dir = d .. "/repos" },                 -- the repositories, inside first
+          { dest = "a", git = "repos/src.git", ref = "v1" },
+          { dest = "b", git = "repos/other.git" },
+          { dest = "bin/tool.sh", file = d .. "/tool.sh" },
+          { dest = "tree", dir = d .. "/tree" },
+          { dest = "task.txt", content = "solve it" },
+          { dest = "out", materialize = function(x, dest) seen = x:read_file("task.txt"); x:mkdir(dest) end },
+        } }
+        assert.equal("one\n", s:read_file("a/f.txt"))
+        assert.equal("two\n", s:read_file("b/f.txt"))
+        assert.equal("tool\n", s:execute_command("bin/tool.sh", {}).stdout)
+        assert.equal("600\n", s:execute_command("stat", { "-c", "%a", "tree/sub/t.txt" }).stdout)
+        assert.equal("solve it", s:read_file("task.txt"))
+        assert.equal("solve it", seen)
+        assert.is_true(s:list_files("out") ~= nil)
+        -- depth over file:// (a plain path ignores --depth), on the live sandbox
+        assert.equal(1, s:apply_workspace{
+          { dest = "shallow", git = "file://" .. s:_command_path("repos/src.git"), depth = 1 } })
+        assert.equal("1\n", s:execute_command("git", { "-C", "shallow", "rev-list", "--count", "HEAD" }).stdout)
+        os.execute("rm -rf " .. d)
+      end)
+
+      it("a failing workspace entry raises WorkspaceError naming its dest, and destroys the sandbox", function()
+        local before = #require("sbx.owner").owned()
+        local kind, err = kind_of(function()
+          new{ workspace = { { dest = "ok.txt", content = "x" }, { dest = "repo", git = "no/such/repo.git" } } }
+        end)
+        assert.equal("WorkspaceError", kind)
+        assert.equal("repo", err.context.dest)
+        assert.matches("git clone", err.message)
+        assert.equal(before, #require("sbx.owner").owned())
+        kind = kind_of(function() new{ files = { [""] = "x" } } end)
+        assert.equal("ConfigError", kind)
+        assert.equal(before, #require("sbx.owner").owned())
+      end)
+
+      it("an inside agent reads its prompt on stdin by default, and gets an openable path in file mode", function()
+        local a = sb:agent(sbx.agent.inside{ name = "cat", command = { "cat" } })
+        assert.equal("the prompt", a:run("the prompt").stdout)
+        sb:mkdir("agentdir")
+        local f = sb:agent(sbx.agent.inside{ name = "reader", cwd = "agentdir", input_mode = "file",
+          command = { "sh", "-c", 'cd / && cat "$1"', "agent" } })   -- it moves away: the path still opens
+        assert.equal("in a file", f:run("in a file").stdout)
+        assert.equal("in a file", sb:read_file("agentdir/.sbx-prompt.txt"))
       end)
     end)
 

@@ -47,6 +47,71 @@ describe("require 'sbx' from a stock lua5.4", function()
   end)
 end)
 
+describe("exit cleanup in a stock lua5.4", function()
+  local fs = require "sbx.fs"
+  local json = require "cjson"
+  local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
+  local function sh(cmd)
+    local f = io.popen(cmd)
+    local out = f:read("a")
+    f:close()
+    return out
+  end
+  local function docker_ok()
+    local ok, d = pcall(require, "sbx.backends.docker")
+    return ok and d.available() and sh("docker image inspect " .. IMAGE .. " >/dev/null 2>&1 && echo y") == "y\n"
+  end
+  -- What is left of this spec's state dir: session files, sandbox
+  -- directories, and containers whose lock label is under it.
+  local function left()
+    local out = {}
+    for _, n in ipairs(fs.list_host(STATE .. "/sessions") or {}) do out[#out + 1] = "sessions/" .. n end
+    for _, b in ipairs{ "local", "bwrap" } do
+      for _, s in ipairs(fs.list_host(STATE .. "/" .. b) or {}) do
+        for _, n in ipairs(fs.list_host(STATE .. "/" .. b .. "/" .. s) or {}) do out[#out + 1] = b .. "/" .. s .. "/" .. n end
+      end
+    end
+    if docker_ok() then
+      local list = json.decode(sh("curl -s --unix-socket /var/run/docker.sock "
+        .. "'http://d/containers/json?all=true&filters=%7B%22label%22%3A%5B%22sbxlua.lock%22%5D%7D'"))
+      for _, c in ipairs(list) do
+        if c.Labels["sbxlua.lock"]:sub(1, #STATE + 1) == STATE .. "/" then out[#out + 1] = "container " .. c.Id:sub(1, 12) end
+      end
+    end
+    return out
+  end
+
+  for _, b in ipairs{ "local", "docker" } do
+    local make = b == "docker" and ('sbx.sandbox("docker", { image = "' .. IMAGE .. '" })') or 'sbx.sandbox("local")'
+    it(b .. ": a sandbox never closed is destroyed when the state closes, without a word", function()
+      if b == "docker" and not docker_ok() then return pending("docker or " .. IMAGE .. " not available") end
+      local r = lua54([[
+        local sbx = require "sbx"
+        local a, b = ]] .. make .. ", " .. make .. [[
+        io.write(a:execute_command("echo", { "one" }).stdout, b:execute_command("echo", { "two" }).stdout)
+      ]])
+      assert.equal(0, r.exit_code, r.stderr)
+      assert.equal("one\ntwo\n", r.stdout)
+      assert.equal("", r.stderr)
+      assert.same({}, left())
+    end)
+
+    it(b .. ": os.exit(3) exits 3 and leaves nothing", function()
+      if b == "docker" and not docker_ok() then return pending("docker or " .. IMAGE .. " not available") end
+      local r = lua54([[
+        local sbx = require "sbx"
+        local sb = ]] .. make .. [[
+        io.write(sb:execute_command("echo", { "up" }).stdout) io.stdout:flush()
+        os.exit(3)
+      ]])
+      assert.equal(3, r.exit_code, r.stderr)
+      assert.equal("up\n", r.stdout)
+      assert.equal("", r.stderr)
+      assert.same({}, left())
+    end)
+  end
+end)
+
 describe("SBX_LUA_PATH (the source tree instead of the embedded modules)", function()
   local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
   local fs = require "sbx.fs"

@@ -76,7 +76,8 @@ describe("docker agent", function()
     local kind, err = kind_of(function()
       sb:execute_command("sh", { "-c", "kill -9 $(cut -d' ' -f4 /proc/$PPID/stat); sleep 5" })
     end)
-    assert.equal("SandboxExecutionError", kind)
+    assert.equal("SandboxConnectionError", kind)   -- the link broke: retryable
+    assert.is_true(err.retryable)
     assert.matches("agent", err.message)
     -- the next operation opens a new stream
     assert.equal("again\n", sb:execute_command("echo again").stdout)

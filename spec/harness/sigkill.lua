@@ -2,7 +2,7 @@
 -- local, bwrap and docker, SIGKILL them at random points, run `sbxlua gc`,
 -- and count what is left: tagged processes, sandbox directories, containers,
 -- cgroups, and snapshot images nobody heard back about. Used as a library by spec/reliability/g2_spec.lua and as a script
--- by bench/g2.sh:  sbxlua spec/harness/sigkill.lua [N] [MAX_DELAY_S]
+-- by bench/g2.sh:  sbxlua spec/harness/sigkill.lua [N] [MAX_DELAY_S] [BATCH] [SIGINT_RUNS]
 local proc = require "sbx.proc"
 local loop = require "sbx.loop"
 local fs = require "sbx.fs"
@@ -64,6 +64,28 @@ io.read("l")
 print(sb:read_file("keep.txt"), sb:execute_command("echo", { "alive" }).stdout)
 ]==]
 
+-- Job for the SIGINT batches: `per` sandboxes of each backend created in
+-- parallel, each then running a tagged process; arg: tag, backends, per.
+-- G2_VOLUME_PREFIX: a docker agent volume of its own, so the fill (and its
+-- helper container) happens inside the interrupted creates.
+M.PAR_JOB = [==[
+local tag, list, per = arg[1], arg[2], tonumber(arg[3] or "3")
+local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
+local prefix = os.getenv("G2_VOLUME_PREFIX")
+if prefix and prefix ~= "" then require("sbx.backends.docker").VOLUME_PREFIX = prefix end
+local function phase(p) io.stdout:write("phase ", p, "\n") io.stdout:flush() end
+local items = {}
+for b in list:gmatch("[^,]+") do for _ = 1, per do items[#items + 1] = b end end
+phase("create")
+sbx.parallel(items, function(b)
+  local sb = sbx.sandbox(b, b == "docker" and { image = IMAGE } or nil)
+  sb:spawn("bash", { "-c", "exec -a sbxg2-" .. tag .. "-" .. b .. " sleep 300" })
+  phase("exec")
+  sbx.sleep(300)
+end)
+phase("done")
+]==]
+
 local function sh(cmd)
   local f = io.popen(cmd)
   local out = f:read("a")
@@ -93,7 +115,8 @@ function M.new_run(opts)
   os.execute("mkdir -p " .. r.state)
   r.job = r.state .. "/job.lua"
   r.live_job = r.state .. "/live.lua"
-  for path, code in pairs{ [r.job] = M.JOB, [r.live_job] = M.LIVE_JOB } do
+  r.par_job = r.state .. "/par.lua"
+  for path, code in pairs{ [r.job] = M.JOB, [r.live_job] = M.LIVE_JOB, [r.par_job] = M.PAR_JOB } do
     local f = assert(io.open(path, "w")) f:write(code) f:close()
   end
   r.backends = opts.backends or M.available()
@@ -102,6 +125,9 @@ function M.new_run(opts)
   r.leftovers = {}           -- [backend][kind] = n
   r.leaks = {}               -- descriptions
   r.kept = {}                -- snapshot images the journals say were finished (the user's)
+  r.stops = {}               -- SIGINT batches: [how] = jobs
+  r.unclean, r.unlisted = 0, 0   -- left by a clean stop before gc; left but not in `ls`
+  r.volumes = {}             -- agent volumes of our own (G2_VOLUME_PREFIX)
   return r
 end
 
@@ -113,7 +139,9 @@ end
 function M:start(args, opts)
   local argv = { M.BIN }
   for _, a in ipairs(args) do argv[#argv + 1] = a end
-  local p = assert(proc.spawn{ argv = argv, env = self:env(), stream = true,
+  local env = self:env()
+  if opts and opts.volume then env[#env + 1] = "G2_VOLUME_PREFIX=" .. opts.volume end
+  local p = assert(proc.spawn{ argv = argv, env = env, stream = true,
                                keep_stdin = opts and opts.stdin })
   self.pids[p.pid] = true
   return p
@@ -160,7 +188,7 @@ end
 
 ---Count what this run left: { [backend] = { procs=, dirs=, containers=, cgroups= } }, details.
 function M:count(exclude_tags)
-  local found, details = {}, {}
+  local found, details, ids = {}, {}, {}
   for _, b in ipairs{ "local", "bwrap", "docker" } do
     local out = sh("pgrep -af '[s]bxg2-" .. self.tag .. "-" .. b .. "'")
     local n = 0
@@ -174,6 +202,7 @@ function M:count(exclude_tags)
       for _, name in ipairs(fs.list_host(top .. "/" .. s) or {}) do
         tally(found, b, "dirs", 1)
         details[#details + 1] = b .. " dir: " .. top .. "/" .. s .. "/" .. name
+        ids[#ids + 1] = name:match("^(.-)%.") or name
       end
       ::next_session::
     end
@@ -188,6 +217,8 @@ function M:count(exclude_tags)
         tally(found, "docker", "containers", 1)
         details[#details + 1] = "docker container: " .. c.Id:sub(1, 12) .. " " .. tostring(c.State)
                                 .. " session " .. tostring(c.Labels["sbxlua.session"])
+                                .. (c.Labels["sbxlua.helper"] and " (agent volume helper)" or "")
+        if not c.Labels["sbxlua.helper"] then ids[#ids + 1] = c.Labels["sbxlua.id"] end
       end
     end
     for _, img in ipairs(self:images(exclude_tags)) do
@@ -212,7 +243,7 @@ function M:count(exclude_tags)
       end
     end
   end
-  return found, details
+  return found, details, ids
 end
 
 ---Snapshot images of this run's sessions (but those of `exclude_tags`).
@@ -320,6 +351,91 @@ function M:batch(n, max_delay, opts)
   return found, details, recs
 end
 
+-- Sandbox ids `sbxlua ls --json` lists for this run's state directory.
+function M:listed()
+  local p = assert(proc.spawn{ argv = { M.BIN, "ls", "--json" }, env = self:env(), timeout = 60 })
+  local r = p:wait()
+  local ok, rows = pcall(json.decode, r.stdout or "")
+  local ids = {}
+  for _, row in ipairs(ok and type(rows) == "table" and rows or {}) do ids[row.id] = true end
+  if r.exit_code ~= 0 then self.leaks[#self.leaks + 1] = "ls exited " .. tostring(r.exit_code) .. ": " .. r.stderr end
+  return ids
+end
+
+---One batch of `n` jobs creating sandboxes in parallel (`per` of each
+---backend), each sent SIGINT after a random delay (0..max_delay s): once
+---(how = "int"); twice at the same moment, as timeout(1) does ("twin"); or
+---twice 0.5 s apart ("double": the second forces the teardown). A clean
+---stop (int, twin) exits 130 and leaves nothing even before gc; whatever a
+---forced one leaves, `sbxlua ls` lists; after gc nothing is left.
+function M:signal_batch(n, max_delay, how, opts)
+  opts = opts or {}
+  local recs = {}
+  local volume = self:has("docker") and ("sbxg2vol-" .. self.tag .. "-" .. proc.random_hex(3) .. "-") or nil
+  for i = 1, n do
+    local rec = collect(self:start({ self.par_job, self.tag, table.concat(self.backends, ","),
+                                     tostring(opts.per or 3) }, { volume = volume }))
+    rec.delay = math.random() * max_delay
+    rec.started = loop.now()
+    recs[i] = rec
+  end
+  if volume then self.volumes[#self.volumes + 1] = volume end
+  table.sort(recs, function(a, b) return a.delay < b.delay end)
+  for _, rec in ipairs(recs) do
+    local wait = rec.started + rec.delay - loop.now()
+    if wait > 0 then loop.sleep(wait) end
+    if how == "twin" then os.execute("kill -INT " .. rec.p.pid .. "; kill -INT " .. rec.p.pid)
+    else os.execute("kill -INT " .. rec.p.pid) end
+  end
+  if how == "double" then
+    loop.sleep(0.5)
+    for _, rec in ipairs(recs) do os.execute("kill -INT " .. rec.p.pid .. " 2>/dev/null") end
+  end
+  for _, rec in ipairs(recs) do
+    local watchdog = loop.spawn(function()   -- G4: a stop that never ends is a leak too
+      loop.sleep(60)
+      self.leaks[#self.leaks + 1] = "sbxlua " .. rec.p.pid .. " still running 60 s after SIGINT (" .. how
+        .. "); it and its children:\n" .. sh("ps -o pid,stat,wchan:24,etimes,args -p " .. rec.p.pid
+        .. " --ppid " .. rec.p.pid .. " 2>&1") .. "fds: " .. sh("ls -l /proc/" .. rec.p.pid .. "/fd 2>&1 | wc -l")
+      os.execute("kill -9 " .. rec.p.pid)
+    end)
+    local r = rec.p:wait()
+    watchdog:cancel()
+    self.stops[how] = (self.stops[how] or 0) + 1
+    local ph = "start"
+    for p in rec.out:gmatch("phase (%w+)") do ph = p end
+    -- (killed by the default action: signalled before sbxlua installed its handler)
+    local early = ph == "start" and r.signal ~= nil
+    if r.exit_code ~= 130 and ph ~= "done" and not early then
+      self.leaks[#self.leaks + 1] = string.format("SIGINT (%s) in phase %s: exit %s, want 130: %s", how, ph,
+                                                  tostring(r.exit_code or r.signal), (rec.err or ""):sub(1, 300))
+    end
+  end
+  loop.sleep(0.2)
+  local before, details, ids = self:count()
+  local listed = self:listed()
+  for _, id in ipairs(ids) do
+    if not listed[id] then
+      self.unlisted = self.unlisted + 1
+      self.leaks[#self.leaks + 1] = "left after SIGINT (" .. how .. ") but not in `sbxlua ls`: " .. tostring(id)
+    end
+  end
+  if how ~= "double" and #details > 0 then
+    self.unclean = self.unclean + #details
+    self.leaks[#self.leaks + 1] = #details .. " left by a clean SIGINT stop (" .. how .. ") before gc:"
+    for _, d in ipairs(details) do self.leaks[#self.leaks + 1] = "  " .. d end
+  end
+  self:gc()
+  loop.sleep(0.2)
+  local found, after = self:count()
+  for b, kinds in pairs(found) do
+    for kind, c in pairs(kinds) do tally(self.leftovers, b, kind, c) end
+  end
+  for _, d in ipairs(after) do self.leaks[#self.leaks + 1] = "after gc (" .. how .. "): " .. d end
+  for _, rec in ipairs(recs) do if not rec.eof then rec.task:cancel() end end
+  return before, details, after
+end
+
 function M:total_leftovers()
   local t = 0
   for _, kinds in pairs(self.leftovers) do for _, c in pairs(kinds) do t = t + c end end
@@ -344,6 +460,14 @@ function M:figure()
   end
   cols[#cols + 1] = "cgroups=" .. ((self.leftovers.cgroup or {}).cgroups or 0)
   lines[#lines + 1] = "G2 leftovers after gc: " .. table.concat(cols, "; ")
+  if next(self.stops) then
+    local st = {}
+    for _, how in ipairs{ "int", "twin", "double" } do
+      if self.stops[how] then st[#st + 1] = how .. "=" .. self.stops[how] end
+    end
+    lines[#lines + 1] = string.format("G2 SIGINT stops during parallel creates: %s; left by a clean stop"
+      .. " before gc: %d; left but not in ls: %d", table.concat(st, " "), self.unclean, self.unlisted)
+  end
   lines[#lines + 1] = "G2 total leftovers: " .. self:total_leftovers()
                       .. " (still there after a second gc: " .. (self.second_gc_left or 0) .. ")"
   return table.concat(lines, "\n")
@@ -351,6 +475,14 @@ end
 
 function M:cleanup()
   self:gc()
+  for _, prefix in ipairs(self.volumes) do
+    local ok, list = pcall(json.decode, sh("curl -s --unix-socket /var/run/docker.sock 'http://d/volumes'"))
+    for _, v in ipairs(ok and type(list) == "table" and list.Volumes or {}) do
+      if v.Name:sub(1, #prefix) == prefix then
+        sh("curl -s -X DELETE --unix-socket /var/run/docker.sock 'http://d/volumes/" .. v.Name .. "' >/dev/null")
+      end
+    end
+  end
   for _, img in ipairs(self:has("docker") and self:images() or {}) do   -- the finished snapshots
     sh("curl -s -X DELETE --unix-socket /var/run/docker.sock 'http://d/images/" .. img.Id .. "?force=true' >/dev/null")
   end
@@ -377,6 +509,11 @@ if arg and arg[0] and arg[0]:match("sigkill%.lua$") then
     end })
     done = done + k
     if done % 30 < batch then io.stderr:write("G2: ", done, "/", n, " leftovers so far ", run:total_leftovers(), "\n") end
+  end
+  local stops = tonumber(arg[4] or os.getenv("G2_SIGINT") or "0")
+  local hows = { "int", "twin", "double" }
+  for i = 1, math.ceil(stops / batch) do
+    run:signal_batch(math.min(batch, stops - (i - 1) * batch), max_delay * 2, hows[(i - 1) % 3 + 1])
   end
   print(run:figure())
   for _, l in ipairs(run.leaks) do print("LEAK " .. l) end

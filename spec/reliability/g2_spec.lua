@@ -2,6 +2,8 @@
 -- destroy) on local, bwrap and docker, `sbxlua gc` leaves nothing: no tagged
 -- process, no sandbox directory, no container, no cgroup of this run's
 -- sessions. And a gc racing live sessions never deletes their sandboxes.
+-- SIGINT (once, twice at once, twice apart) during parallel creates: a
+-- clean stop leaves nothing before gc, and `ls` lists what a forced one left.
 -- The long version (N=200, the README figure) is bench/g2.sh.
 local loop = require "sbx.loop"
 local src = os.getenv("SBX_SOURCE_DIR") or "."
@@ -31,6 +33,25 @@ describe("G2: SIGKILL at random points, then gc", function()
     assert.same({}, run.leaks, table.concat(run.leaks, "\n"))
     assert.equal(0, run:total_leftovers())
   end)
+
+  -- SIGINT while creates are in flight (G2 and G4): each job creates 3
+  -- sandboxes of every backend at once, docker ones filling an agent volume
+  -- of their own; interrupted at random points of that.
+  for _, how in ipairs{ "int", "twin", "double" } do
+    local what = ({ int = "one SIGINT", twin = "two SIGINTs at once (timeout -s INT)",
+                    double = "a second SIGINT 0.5 s later (forced)" })[how]
+    it(what .. " during parallel creates: " .. (how == "double" and "what is left is in ls, gc removes it"
+       or "nothing left even before gc"), function()
+      local before, unclean, unlisted, left = #run.leaks, run.unclean, run.unlisted, run:total_leftovers()
+      for _ = 1, 3 do run:signal_batch(2, 2.5, how) end
+      local leaks = table.move(run.leaks, before + 1, #run.leaks, 1, {})
+      print(run:figure())
+      assert.same({}, leaks, table.concat(leaks, "\n"))
+      assert.equal(unclean, run.unclean)
+      assert.equal(unlisted, run.unlisted)
+      assert.equal(left, run:total_leftovers())
+    end)
+  end
 
   it("two live sbxlua processes and a gc racing killed jobs keep their sandboxes", function()
     local lives, exclude = {}, {}

@@ -470,12 +470,20 @@ function M.session_state(h)
 end
 
 function M.resume(state)
+  require("sbx.claims").resume("bwrap", state)   -- an owned dir, a cgroup: sbxlua's own only
   if type(state.dir) ~= "string" then
     fail("ConfigError", "session state for bwrap has no 'dir'", "resume")
   end
   local root = fs.open_root(state.dir)
   if not root then fail("SandboxNotFoundError", "the sandbox directory " .. state.dir .. " is gone", "resume") end
   root:close()
+  if state.workdir then      -- its working directory is a host directory too (workdir =)
+    local wd = fs.open_root(state.workdir)
+    if not wd then
+      fail("SandboxNotFoundError", "the sandbox's working directory " .. state.workdir .. " is gone", "resume")
+    end
+    wd:close()
+  end
   return handle(state)
 end
 
@@ -508,6 +516,7 @@ end
 
 ---Destroy what a dead session left, from its journal entry or a listing.
 function M.reap(entry)
+  entry = require("sbx.claims").reap_entry("bwrap", entry)   -- no path or cgroup the journal merely claims
   local st = entry.state or {}
   local dir = st.dir or entry.dir
   local cg = st.cg
@@ -644,8 +653,8 @@ function M.read_file(h, path, max)
   return call(h, t, "read_file", path, "read", max)
 end
 
-function M.write_file(h, path, data)
-  call(h, writable(h, path, "write_file", true), "write_file", path, "write", data)
+function M.write_file(h, path, data, mode)
+  call(h, writable(h, path, "write_file", true), "write_file", path, "write", data, mode)
 end
 
 function M.mkdir(h, path)

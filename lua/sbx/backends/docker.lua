@@ -13,6 +13,7 @@ local json = require "cjson.safe"
 local loop = require "sbx.loop"
 local errors = require "sbx.errors"
 local owner = require "sbx.owner"
+local claims = require "sbx.claims"
 local paths = require "sbx.paths"
 local agentlink = require "sbx.agentlink"
 local hex = require("sbx.proc").random_hex
@@ -149,9 +150,10 @@ local function call(method, path, o)
       { headers = headers, body = body, timeout = o.timeout, max_body = o.max_body, stream = o.stream })
     local again = attempt < tries and (not res or res.status >= 500 or res.status == 429)
     if not again then
-      if not res then       -- a create that cannot reach the engine is a failed create
-        conn = nil
-        fail(o.op == "create" and "SandboxCreationError" or "SandboxExecutionError",
+      if not res then       -- the engine could not be reached (retryable: routing fails over),
+        conn = nil          -- or answered with something that is not HTTP (EPROTO)
+        fail(code == "ETIMEDOUT" and "SandboxTimeoutError" or code == "EPROTO" and "SandboxExecutionError"
+             or "SandboxConnectionError",
              o.op .. ": " .. why_unreachable(ep, msg, code), { op = o.op, retryable = true, code = code })
       end
       return res
@@ -255,21 +257,57 @@ end
 local function pull(image)
   local repo, tag = image:match("^(.-):([^:/]+)$")
   repo, tag = repo or image, tag or "latest"
+  local stage <close> = require("sbx.progress").start("pull " .. repo .. ":" .. tag,
+                                                     function() return "pulling" end)
   local res = call("POST", "/images/create?fromImage=" .. q(repo) .. "&tag=" .. q(tag),
                    { op = "pull", timeout = 600, max_body = 16 * 1024 * 1024 })
-  if res.status ~= 200 then return false, message_of(res) end
-  for line in (res.body or ""):gmatch("[^\r\n]+") do
+  local err = res.status ~= 200 and message_of(res) or nil
+  for line in (not err and res.body or ""):gmatch("[^\r\n]+") do
     local ev = json.decode(line)
-    if type(ev) == "table" and ev.error then return false, tostring(ev.error) end
+    if type(ev) == "table" and ev.error then err = tostring(ev.error) break end
   end
-  return true
+  stage:done(err and "failed" or "pulled")
+  return err == nil, err
+end
+
+-- Gone, or going (another gc got there first): both are success.
+local function remove_container(cid, volumes)
+  local ok, res = pcall(call, "DELETE", "/containers/" .. q(cid) .. "?force=true&v=" .. (volumes == false and "false" or "true"),
+                        { op = "destroy", timeout = 60 })
+  local going = ok and res.status == 409 and message_of(res):find("already in progress", 1, true)
+  if ok and res.status ~= 204 and res.status ~= 404 and not going then
+    fail("SandboxExecutionError", "destroy: " .. message_of(res), { op = "destroy" })
+  elseif not ok then
+    error(res, 0)
+  end
+end
+
+-- POST /containers/create?name=<name> in a task of its own: a cancel of the
+-- caller (SIGINT) must not cut the call short, or the engine makes a
+-- container nobody hears of. A caller cancelled first leaves: the task then
+-- removes the container by name once the engine has answered (or failed to),
+-- and the session waits for it at exit (owner.hold). Raises what call does.
+local function create_container(name, body, o)
+  local abandoned = false
+  local t = loop.spawn(function()
+    local ok, res = pcall(call, "POST", "/containers/create?name=" .. q(name),
+                          { op = "create", body = body, timeout = o.timeout or 120 })
+    if abandoned or not ok then pcall(remove_container, name, o.volumes) end
+    if not ok then error(res, 0) end
+    return res
+  end)
+  owner.hold(t)
+  local jok, ok, res = pcall(t.join, t)
+  if not jok then abandoned = true error(ok, 0) end
+  if not ok then error(res, 0) end
+  return res
 end
 
 -- The agent reaches containers through a read-only volume filled once per
 -- engine and agent build: uploading it into every container cost an extra
 -- archive call (~50 ms: the engine re-executes itself to chroot for each).
 M.AGENT_DIR = "/.sbx/bin"
-local agent_volume
+local agent_volume, agent_created
 
 local agent_hash = agentlink.hash
 
@@ -291,27 +329,24 @@ end
 M.VOLUME_PREFIX = "sbxlua-agent-"
 local function agent_volume_name() return M.VOLUME_PREFIX .. agent_hash(require "sbx.agentbin") end
 
-local function ensure_agent_volume(image)
-  if agent_volume then
-    -- still there? (`docker volume prune`, or gc of another build, may have
-    -- removed it; a container would then get an empty one and no agent)
-    if agent_volume == agent_volume_name()
-       and call("GET", "/volumes/" .. q(agent_volume), { op = "create" }).status == 200 then
-      return agent_volume, M.agent_path
-    end
-    agent_volume = nil
-  end
+local function fill_agent_volume(image)
   local blob = require "sbx.agentbin"
   local name = agent_volume_name()
-  api("POST", "/volumes/create", { 201, 200 }, { op = "create", kind = "SandboxCreationError",
-      body = { Name = name, Labels = { ["sbxlua.agent"] = "1" } } })
-  local res = api("POST", "/containers/create", { 201 }, { op = "create", kind = "SandboxCreationError",
-    not_found = "SandboxCreationError",
-    body = { Image = image, Entrypoint = { "/nonexistent" },
-             Labels = { ["sbxlua.helper"] = "agent-volume", ["sbxlua.host"] = owner.hostname(),
-                        ["sbxlua.session"] = owner.session_id(), ["sbxlua.lock"] = owner.lock_path(),
-                        ["sbxlua.id"] = "agent-helper" },
-             HostConfig = { Mounts = { { Type = "volume", Source = name, Target = M.AGENT_DIR } } } } })
+  -- labelled with this host and session: gc removes another build's volume
+  -- only when that session is dead and no container uses it (M.prune)
+  local vol = api("POST", "/volumes/create", { 201, 200 }, { op = "create", kind = "SandboxCreationError",
+      body = { Name = name, Labels = { ["sbxlua.agent"] = "1", ["sbxlua.host"] = owner.hostname(),
+                                       ["sbxlua.session"] = owner.session_id(),
+                                       ["sbxlua.lock"] = owner.lock_path() } } })
+  local created = type(vol.json) == "table" and vol.json.CreatedAt or nil
+  local res = expect(create_container("sbx-agent-fill-" .. hex(6), {
+    Image = image, Entrypoint = { "/nonexistent" },
+    Labels = { ["sbxlua.helper"] = "agent-volume", ["sbxlua.host"] = owner.hostname(),
+               ["sbxlua.session"] = owner.session_id(), ["sbxlua.lock"] = owner.lock_path(),
+               ["sbxlua.id"] = "agent-helper" },
+    HostConfig = { Mounts = { { Type = "volume", Source = name, Target = M.AGENT_DIR } } } },
+    { volumes = false }), { 201 }, { op = "create", kind = "SandboxCreationError", not_found = "SandboxCreationError" })
+  res.json = json.decode(res.body or "")
   local cid = field(res, "Id", "string", { op = "create", kind = "SandboxCreationError" })
   local ok, file = pcall(function()
     local have = read_current(cid)
@@ -328,8 +363,36 @@ local function ensure_agent_volume(image)
   end)
   pcall(call, "DELETE", "/containers/" .. q(cid) .. "?force=true&v=false", { op = "create" })
   if not ok then error(file, 0) end
-  agent_volume, M.agent_path = name, M.AGENT_DIR .. "/" .. file
+  agent_volume, agent_created, M.agent_path = name, created, M.AGENT_DIR .. "/" .. file
   return agent_volume, M.agent_path
+end
+
+-- One fill per process however many creates wait for it (a single-flight):
+-- a task of its own, so a create cancelled meanwhile leaves it to finish
+-- (and to remove its helper container); the session waits for it at exit.
+local filling
+
+local function ensure_agent_volume(image)
+  if agent_volume then
+    -- still there? (`docker volume prune`, or gc of another build, may have
+    -- removed it; a container would then get an empty one and no agent)
+    -- And the same volume: one removed and filled again by another process
+    -- holds its agent under another name (the container exited 127).
+    local res = agent_volume == agent_volume_name()
+                and call("GET", "/volumes/" .. q(agent_volume), { op = "create" })
+    local v = res and res.status == 200 and json.decode(res.body or "")
+    if type(v) == "table" and (agent_created == nil or v.CreatedAt == agent_created) then
+      return agent_volume, M.agent_path
+    end
+    agent_volume = nil
+  end
+  if not filling or filling:status() == "done" then
+    filling = loop.spawn(fill_agent_volume, image)
+    owner.hold(filling)
+  end
+  local ok, name, path = filling:join()
+  if not ok then error(name, 0) end
+  return name, path
 end
 
 local function create_body(spec)
@@ -359,17 +422,6 @@ local function create_body(spec)
   return body
 end
 
--- Gone, or going (another gc got there first): both are success.
-local function remove_container(cid)
-  local ok, res = pcall(call, "DELETE", "/containers/" .. q(cid) .. "?force=true&v=true",
-                        { op = "destroy", timeout = 60 })
-  local going = ok and res.status == 409 and message_of(res):find("already in progress", 1, true)
-  if ok and res.status ~= 204 and res.status ~= 404 and not going then
-    fail("SandboxExecutionError", "destroy: " .. message_of(res), { op = "destroy" })
-  elseif not ok then
-    error(res, 0)
-  end
-end
 
 local open_into     -- below, with the agent link
 
@@ -389,14 +441,13 @@ function M.create(spec)
   end
   spec.agent_volume, spec.agent_path = ensure_agent_volume(image)
   local body = create_body(spec)
-  local path = "/containers/create?name=" .. q("sbxlua-" .. spec.id)
-  local res = call("POST", path, { op = "create", body = body, timeout = 120 })
+  local res = create_container("sbxlua-" .. spec.id, body, {})
   res = expect(res, { 201 }, { op = "create", kind = "SandboxCreationError",
                                bad_request = "SandboxCreationError", conflict = "SandboxCreationError" })
   res.json = json.decode(res.body)
   local okid, cid = pcall(field, res, "Id", "string", { op = "create", kind = "SandboxCreationError" })
   if not okid then    -- the container may exist all the same: it has our name
-    pcall(remove_container, "sbxlua-" .. spec.id)
+    if not pcall(remove_container, "sbxlua-" .. spec.id) then spec.left = true end
     error(cid, 0)
   end
   local h = { cid = cid, id = spec.id, session = spec.session, agent = spec.agent_path }
@@ -404,9 +455,9 @@ function M.create(spec)
     api("POST", "/containers/" .. cid .. "/start", { 204, 304 }, { op = "create", kind = "SandboxCreationError",
         bad_request = "SandboxCreationError", conflict = "SandboxCreationError" })
   end)
-  if not ok then
-    pcall(remove_container, cid)
-    if errors.is(err, "SandboxError") then error(err, 0) end
+  if not ok then      -- spec.left: create_on keeps the journal's line for gc
+    if not pcall(remove_container, cid) then spec.left = true end
+    if errors.is(err, "SandboxError") or errors.is(err, "Cancelled") then error(err, 0) end
     fail("SandboxCreationError", "create: " .. tostring(err), { op = "create" })
   end
   -- the agent starts meanwhile: create does not wait for it (an engine exec
@@ -428,6 +479,8 @@ function M.resume(state)
     fail("ConfigError", "session state for docker has no 'container'", { op = "resume" })
   end
   local info = inspect(state.container, "resume")
+  local mine, why = claims.container(type(info.Config) == "table" and info.Config.Labels, state.id, state.session)
+  if not mine then fail("ConfigError", "session state for docker: container " .. state.container .. ": " .. why, { op = "resume" }) end
   if not (info.State and info.State.Running) then
     fail("SandboxNotFoundError", "container " .. state.container .. " is not running", { op = "resume" })
   end
@@ -463,12 +516,27 @@ function M.list_owned()
   return found
 end
 
+---Destroy what a dead session left. The container a journal names is
+---removed only if it carries this host's labels for that sandbox and
+---session (inspected first); else the engine's labelled list is asked.
 function M.reap(entry)
-  local cid = (entry.state or {}).container or entry.container
-  if not cid then
-    for _, c in ipairs(M.list_owned()) do
-      if c.id == entry.id then cid = c.container end
+  local cid = type(entry.state) == "table" and entry.state.container or entry.container
+  if type(cid) == "string" then
+    local res = call("GET", "/containers/" .. q(cid) .. "/json", { op = "gc" })
+    local info = res.status == 200 and json.decode(res.body or "")
+    local ok, why = claims.container(type(info) == "table" and type(info.Config) == "table"
+                                     and info.Config.Labels, entry.id, entry.session)
+    if res.status ~= 200 and res.status ~= 404 then
+      fail("SandboxExecutionError", "gc: inspecting " .. cid .. ": " .. message_of(res), { op = "gc" })
+    elseif res.status == 200 and not ok then
+      claims.warn("gc: docker ", tostring(entry.id), ": not removing container ", cid, ": ", why)
     end
+    if not ok then cid = nil end
+  else
+    cid = nil
+  end
+  for _, c in ipairs(cid and {} or M.list_owned()) do
+    if c.id == entry.id and (entry.session == nil or c.session == entry.session) then cid = c.container end
   end
   if cid then remove_container(cid) end
 end
@@ -482,18 +550,26 @@ function M.snapshot(h)
   return { snapshot_id = field(res, "Id", "string", { op = "snapshot" }) }
 end
 
----Agent volumes of other sbxlua builds that no container uses (each build
----fills its own; they were never removed). A process of another build
----still running notices at its next create and fills its volume again.
+---Agent volumes of other sbxlua builds (each build fills its own) that
+---this host's sbxlua filled in a session now dead, and that no container
+---uses. A volume another process is filling is its live session's, so
+---kept; so is one of another host on a shared engine, or unlabelled. A
+---process of that build still running notices at its next create and
+---fills its volume again.
 ---@return integer removed (or, with dry_run, that would be)
 function M.prune(dry_run)
-  local filters = json.encode{ label = { "sbxlua.agent" }, dangling = { "true" } }
+  local filters = json.encode{ label = { "sbxlua.agent", "sbxlua.host=" .. owner.hostname() },
+                               dangling = { "true" } }
   local res = api("GET", "/volumes?filters=" .. q(filters), { 200 }, { op = "gc" })
-  local mine, n = agent_volume_name(), 0
+  local mine, n, prefix = agent_volume_name(), 0, M.VOLUME_PREFIX
   local list = type(res.json) == "table" and type(res.json.Volumes) == "table" and res.json.Volumes or {}
   for _, v in ipairs(list) do
     local name = type(v) == "table" and type(v.Name) == "string" and v.Name or nil
-    if name and name ~= mine and name:match("^sbxlua%-agent%-%x+$") then
+    local l = type(v) == "table" and type(v.Labels) == "table" and v.Labels or {}
+    local session, lock = l["sbxlua.session"], l["sbxlua.lock"]
+    if name and name ~= mine and name:sub(1, #prefix) == prefix and name:sub(#prefix + 1):match("^%x+$")
+       and l["sbxlua.host"] == owner.hostname() and type(session) == "string" and type(lock) == "string"
+       and not owner.session_alive(session, lock) then
       if dry_run then
         io.stdout:write("would remove docker volume ", name, " (the agent of another sbxlua build)\n")
         n = n + 1
@@ -580,7 +656,10 @@ function hijack(eid, op)
     local host, port = ep.base:match("^http://%[?([^%]/]-)%]?:(%d+)$")
     s, err, code = stream.connect{ host = host or ep.base:sub(8), port = port or "2375", timeout = 10 }
   end
-  if not s then fail("SandboxExecutionError", op .. ": " .. why_unreachable(ep, err, code), { op = op }) end
+  if not s then
+    fail(code == "ETIMEDOUT" and "SandboxTimeoutError" or "SandboxConnectionError",
+         op .. ": " .. why_unreachable(ep, err, code), { op = op, code = code })
+  end
   local body = '{"Detach":false,"Tty":false}'
   local ok, werr = s:write("POST " .. ep.prefix .. "/exec/" .. eid .. "/start HTTP/1.1\r\n"
     .. "Host: docker\r\nContent-Type: application/json\r\nConnection: Upgrade\r\n"
@@ -769,7 +848,7 @@ function Exec:_finish()
     self.status = { kind = kind, n = tonumber(n) }
   else
     self:_deliver(2, self.held)
-    self.status = { kind = "lost" }
+    self.status = { kind = "lost", broken = self.read_failed }   -- the engine's stream broke
   end
   self.held = ""
 end
@@ -782,7 +861,7 @@ function Exec:_pump()
   if not chunk or chunk == "" then chunk, msg = self.s:read() end
   if not chunk then
     self.eof = true
-    self.failure = msg
+    self.failure, self.read_failed = msg, msg ~= nil
     self.s:close()
     local ok, ferr = self.d:finish()
     if not ok and not msg then self.failure = ferr end
@@ -873,8 +952,9 @@ local function abs(path, op) return paths.resolve(M.WORKDIR, path, op) end
 -- A failed agent file operation as the typed error of the facade.
 local function file_error(op, p, errno, msg)
   local code = agentlink.ERRNO[errno]
-  if errno == 2 then fail("FileNotFoundError", op .. ": " .. p .. ": No such file or directory", { op = op }) end
-  if errno == 27 then fail("SandboxExecutionError", op .. ": " .. msg, { op = op, code = "ETOOBIG" }) end
+  if errno == agentlink.BROKEN then fail("SandboxConnectionError", op .. ": " .. tostring(msg), { op = op }) end
+  if errno == 2 then fail("FileNotFoundError", op .. ": " .. p .. ": No such file or directory", { op = op, errno = code }) end
+  if errno == 27 then fail("SandboxExecutionError", op .. ": " .. msg, { op = op, code = "ETOOBIG", errno = code }) end
   if errno == 20 or errno == 21 or errno == 39 or errno == 17 then
     fail("PathError", op .. ": " .. msg, { op = op, code = code })
   end
@@ -883,21 +963,22 @@ end
 
 local function dirname(p) return p:match("^(.*)/[^/]*$") end
 
-function M.write_file(h, path, data)
+function M.write_file(h, path, data, mode)
   local p = abs(path, "write_file")
+  mode = mode or tonumber("644", 8)
   if p == "/" then fail("PathError", "write_file: / is a directory", { op = "write_file" }) end
   local link = link_of(h)
   if link then
-    local ok, errno, msg = link:write_file(p, data, tonumber("644", 8))
+    local ok, errno, msg = link:write_file(p, data, mode)
     if not ok and errno == 2 then           -- like the archive path: parents are made
       local dok, derr, dmsg = link:mkdir(dirname(p))
       if not dok then file_error("write_file", p, derr, dmsg) end
-      ok, errno, msg = link:write_file(p, data, tonumber("644", 8))
+      ok, errno, msg = link:write_file(p, data, mode)
     end
     if not ok then file_error("write_file", p, errno, msg) end
     return
   end
-  local archive, err = tar.pack({ { path = p:sub(2), data = data, mode = tonumber("644", 8) } },
+  local archive, err = tar.pack({ { path = p:sub(2), data = data, mode = mode } },
                                 { parents = false })
   if not archive then fail("PathError", "write_file: " .. err, { op = "write_file" }) end
   api("PUT", "/containers/" .. q(h.cid) .. "/archive?path=/", { 200 },

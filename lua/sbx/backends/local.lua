@@ -85,6 +85,7 @@ function M.session_state(h)
 end
 
 function M.resume(state)
+  require("sbx.claims").resume("local", state)   -- an owned dir, a cgroup: sbxlua's own only
   if type(state.dir) ~= "string" then
     errors.raise("ConfigError", "session state for local has no 'dir'", { backend = "local", op = "resume" })
   end
@@ -131,6 +132,7 @@ end
 
 ---Destroy what a dead session left, from its journal entry or a listing.
 function M.reap(entry)
+  entry = require("sbx.claims").reap_entry("local", entry)   -- no path or cgroup the journal merely claims
   local st = entry.state or {}
   local dir = st.dir or entry.dir
   local cg = st.cg
@@ -200,13 +202,15 @@ local function call(h, op, method, ...)
 end
 
 function M.read_file(h, path, max) return call(h, "read_file", "read", path, max) end
-function M.write_file(h, path, data) call(h, "write_file", "write", path, data) end
+function M.write_file(h, path, data, mode) call(h, "write_file", "write", path, data, mode) end
 function M.list_files(h, path) return call(h, "list_files", "list", path) end
 function M.mkdir(h, path) call(h, "mkdir", "mkdir", path) end
 function M.remove(h, path, recursive) call(h, "remove", "remove", path, recursive) end
 function M.stat(h, path) return call(h, "stat", "stat", path) end
 
 M.home = function(h) return h.dir end
+-- The file API's "/" is the working directory (commands see host paths).
+M.rooted_at_workdir = true
 
 local function join(a, b) return (a == "" or a == ".") and b or (a:gsub("/+$", "") .. "/" .. b) end
 

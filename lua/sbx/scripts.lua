@@ -1,5 +1,5 @@
---- One loader for the files sbxlua reads as scripts (providers today;
---- policies and presets are meant to move onto it): a search path
+--- One loader for the files sbxlua reads as scripts (providers and
+--- policies; presets are meant to move onto it): a search path
 --- ($ENV, the config's list, then the copies built into the binary),
 --- compile through a kind-specific function, reload when the file's stat
 --- signature changes, an atomic swap, and the last good version kept when
@@ -20,11 +20,13 @@ M.MAX_SOURCE = 256 * 1024
 local Loader = {}
 Loader.__index = Loader
 
----@param o table kind, env, key, builtin (prefix of embedded names), compile, warn?, max_source?
+---@param o table kind, env, key, builtin (prefix of embedded names), compile, warn?, max_source?,
+---on_swap? (called with a version that is replaced or forgotten: close what it holds)
 function M.new(o)
   assert(type(o.compile) == "function", "scripts.new: compile is required")
   return setmetatable({ kind = o.kind, env = o.env, key = o.key, prefix = o.builtin,
                         compile = o.compile, max_source = o.max_source or M.MAX_SOURCE,
+                        on_swap = o.on_swap or function() end,
                         warn = o.warn or function(msg) io.stderr:write("sbxlua: ", msg, "\n") end,
                         cache = {}, versions = 0 }, Loader)
 end
@@ -121,6 +123,7 @@ function Loader:reload(key, sig)
   local entry = { value = value, key = key, file = file, name = name_of(key), sig = sig,
                   version = self.versions }
   self.cache[key] = entry          -- the atomic swap: users of the old value keep it
+  if cur and cur.value ~= nil then self.on_swap(cur.value) end
   return entry
 end
 
@@ -129,6 +132,11 @@ end
 function Loader:get(name, dirs)
   local key, err = self:resolve(name, dirs)
   if not key then return nil, err, "missing" end
+  return self:get_key(key)
+end
+
+---The same for a key resolve() (or the caller's own resolution) gave.
+function Loader:get_key(key)
   local sig = key:sub(1, 8) == "builtin:" and "builtin" or script.stat(key) or "gone"
   local cur = self.cache[key]
   if not cur or (cur.sig ~= sig and cur.broken_sig ~= sig) then cur = self:reload(key, sig) end
@@ -138,6 +146,7 @@ end
 
 ---Forget everything loaded (tests).
 function Loader:reset()
+  for _, e in pairs(self.cache) do if e.value ~= nil then self.on_swap(e.value) end end
   self.cache = {}
 end
 

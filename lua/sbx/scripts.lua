@@ -1,5 +1,5 @@
---- One loader for the files sbxlua reads as scripts (providers and
---- policies; presets are meant to move onto it): a search path
+--- One loader for the files sbxlua reads as scripts (providers, policies
+--- and presets): a search path
 --- ($ENV, the config's list, then the copies built into the binary),
 --- compile through a kind-specific function, reload when the file's stat
 --- signature changes, an atomic swap, and the last good version kept when
@@ -21,12 +21,13 @@ local Loader = {}
 Loader.__index = Loader
 
 ---@param o table kind, env, key, builtin (prefix of embedded names), compile, warn?, max_source?,
----on_swap? (called with a version that is replaced or forgotten: close what it holds)
+---on_swap? (called with a version that is replaced or forgotten: close what it holds),
+---dirs? (a function returning the directories, instead of $ENV and the config's list)
 function M.new(o)
   assert(type(o.compile) == "function", "scripts.new: compile is required")
   return setmetatable({ kind = o.kind, env = o.env, key = o.key, prefix = o.builtin,
                         compile = o.compile, max_source = o.max_source or M.MAX_SOURCE,
-                        on_swap = o.on_swap or function() end,
+                        on_swap = o.on_swap or function() end, dirs_fn = o.dirs,
                         warn = o.warn or function(msg) io.stderr:write("sbxlua: ", msg, "\n") end,
                         cache = {}, versions = 0 }, Loader)
 end
@@ -34,6 +35,7 @@ end
 ---The directories searched, in order: $ENV, then the config's list (a
 ---broken config only drops its part).
 function Loader:dirs()
+  if self.dirs_fn then return self.dirs_fn() end
   return require("sbx.config").search_path(self.env, self.key, true)
 end
 

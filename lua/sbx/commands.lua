@@ -123,8 +123,9 @@ function M.doctor()
     local p = providers.get(n)
     local called, ok, reason = pcall(p.available)   -- a broken script raises its file:line
     if not called then ok, reason = false, tostring(type(ok) == "table" and ok.message or ok) end
-    line(ok, "backend " .. n, ok and "available" or reason,
-         FIXES[n] or (p.file and ("sbxlua provider check " .. p.file)) or (p.broken_file and ("sbxlua provider check " .. p.broken_file .. " lists every problem")))
+    local fix = FIXES[n] or (p.file and ("sbxlua provider check " .. p.file))
+                or (p.broken_file and ("sbxlua provider check " .. p.broken_file .. " lists every problem"))
+    line(ok, "backend " .. n, ok and "available" or reason, fix)
     local dok, checks = pcall(p.doctor or function() return {} end)
     if not dok then checks = { { ok = false, what = "doctor", detail = tostring(checks) } } end
     for _, c in ipairs(checks) do

@@ -4,7 +4,9 @@
 #                     "@lua/sbx/errors.lua": loads ~7x faster than source)
 #   policies/*.lua    as "policies/<name>" (source text for capped states)
 #   presets/*.lua     as "presets/<name>"  (likewise)
-# Usage: cmake -DROOT=<lua dir> [-DPOLICIES=<dir>] [-DPRESETS=<dir>]
+#   providers/*.lua   as "providers/<name>" (source text for the restricted
+#                     environment of provider scripts; none is fine)
+# Usage: cmake -DROOT=<lua dir> [-DPOLICIES=<dir>] [-DPRESETS=<dir>] [-DPROVIDERS=<dir>]
 #              [-DLUADUMP=<luadump tool>] -DOUT=<file.c> -P embed.cmake
 set(body "")
 set(table "")
@@ -41,7 +43,7 @@ foreach(f IN LISTS files)
 endforeach()
 file(REMOVE "${OUT}.luac")
 
-foreach(kind POLICIES PRESETS)
+foreach(kind POLICIES PRESETS PROVIDERS)
   if(${kind})
     string(TOLOWER ${kind} prefix)
     file(GLOB names RELATIVE "${${kind}}" "${${kind}}/*.lua")

@@ -85,6 +85,11 @@ M.COMMANDS = {
   { name = "policy", args = "check FILE | list", min_args = 1, max_args = 2, summary =
     "check: load and self-check a policy file without using it; list: built-ins and the search path",
     options = {} },
+  { name = "provider", args = "check FILE | list", min_args = 1, max_args = 2, summary =
+    "check: load a provider script and check it against the provider contract; list: what is found where",
+    options = {},
+    notes = { "check exits 1 and prints one file:line: problem per line when the script breaks the",
+              "contract (docs/providers.md); list shows the search path and every provider on it." } },
   { name = "doctor", max_args = 0, summary = "what works on this machine and what is missing, with fixes",
     options = {} },
   { name = "selftest", max_args = 0, summary = "escape probes inside each available isolating backend",
@@ -117,8 +122,7 @@ M.ENV = {
     .. "~/.local/state/sbxlua)" },
   { "SBX_POLICY_PATH", "directories searched for policy files first (colon-separated)" },
   { "SBX_PRESET_PATH", "directories searched for preset files first (colon-separated)" },
-  { "SBX_PROVIDER_PATH", "directories searched for provider scripts first (colon-separated; this build "
-    .. "has no Lua provider scripts yet, so nothing is loaded from them)" },
+  { "SBX_PROVIDER_PATH", "directories searched for provider scripts first (colon-separated)" },
   { "DOCKER_HOST", "the Docker engine: unix:///path or tcp://host:port (default unix:///var/run/docker.sock)" },
   { "SBX_DOCKER_IMAGE", "docker's default image when neither the request nor sbx.yaml names one" },
   { "SBX_JOB", "the job name recorded in the ledger (default: the script's path)" },

@@ -121,9 +121,14 @@ function M.doctor()
                            .. " or point DOCKER_HOST at one" }
   for _, n in ipairs(providers.names) do
     local p = providers.get(n)
-    local ok, reason = p.available()
-    line(ok, "backend " .. n, ok and "available" or reason, FIXES[n])
-    for _, c in ipairs(p.doctor and p.doctor() or {}) do
+    local called, ok, reason = pcall(p.available)   -- a broken script raises its file:line
+    if not called then ok, reason = false, tostring(type(ok) == "table" and ok.message or ok) end
+    local fix = FIXES[n] or (p.file and ("sbxlua provider check " .. p.file))
+                or (p.broken_file and ("sbxlua provider check " .. p.broken_file .. " lists every problem"))
+    line(ok, "backend " .. n, ok and "available" or reason, fix)
+    local dok, checks = pcall(p.doctor or function() return {} end)
+    if not dok then checks = { { ok = false, what = "doctor", detail = tostring(checks) } } end
+    for _, c in ipairs(checks) do
       if c.ok == nil then
         say("        -    ", c.what, c.detail and (": " .. c.detail) or "", "\n")
       else
@@ -141,6 +146,42 @@ function M.doctor()
   line(ok_busted, "busted (test suite)", ok_busted and "found" or "not found", "apt-get install lua-busted")
   say("run `sbxlua selftest` to probe the isolating backends for escapes\n")
   return 0
+end
+
+-- --------------------------------------------------------------- provider
+
+local function usage(cmd, msg)
+  complain(cmd, ": ", msg)
+  return 2
+end
+
+function M.provider(_, rest)
+  if rest[1] == "check" and rest[2] and not rest[3] then
+    local file = rest[2]
+    local p, err = providers.check_file(file)
+    if not p then
+      io.stderr:write(tostring(err), "\n")
+      return 1
+    end
+    local ops = {}
+    for _, op in ipairs(require("sbx.contract").OPTIONAL) do
+      if p[op] and not p.defaulted[op] then ops[#ops + 1] = op end
+    end
+    say("ok: provider '", p.descriptor.name, "' in ", file, " meets the provider contract (",
+        p.descriptor.isolation, "; ", table.concat(p.descriptor.capabilities, ","), ")",
+        #ops > 0 and ("; optional operations: " .. table.concat(ops, ", ")) or "", "\n")
+    return 0
+  elseif rest[1] == "list" and not rest[2] then
+    local path = providers.loader:dirs()
+    say("search path: ", #path > 0 and table.concat(path, ":") or "(none)", "\n")
+    for _, n in ipairs(providers.names) do
+      local ok, p = pcall(providers.get, n)
+      local where = not ok and "?" or p.file or (p.broken and "broken") or "built in"
+      say(string.format("%-11s %s%s\n", n, where, ok and p.broken and (": " .. tostring(p.broken)) or ""))
+    end
+    return 0
+  end
+  return usage("provider", "expected `check FILE` or `list` (see sbxlua provider --help)")
 end
 
 -- selftest: lua/sbx/selftest.lua

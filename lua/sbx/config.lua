@@ -12,10 +12,6 @@ local M = {}
 
 M.MAX_BYTES = 1024 * 1024
 
--- Providers the schema knows (every backend API.md names).
-M.PROVIDERS = { ["local"] = true, bwrap = true, docker = true, ray = true, e2b = true,
-                daytona = true, tensorlake = true, modal = true, safehouse = true }
-
 local function is_null(v) return v == nil or type(v) == "userdata" end
 
 -- A ConfigError at file:line:column of `tbl`'s `key` (or of `tbl` itself).
@@ -100,13 +96,33 @@ end
 
 local PRICE = { per_hour = number(0), per_vcpu_hour = number(0), per_gib_hour = number(0),
                 per_sandbox = number(0) }
-local PROVIDER = {
-  enabled = bool, host = str, image = str, template = str, region = str, regions = strings,
+-- Keys every provider takes (routing reads them); each provider adds the
+-- keys of its own schema (its config_schema, see docs/providers.md).
+local COMMON = {
+  enabled = bool, region = str, regions = strings,
   max_concurrent = number(1, true), max_creates_per_sec = number(0),
   price = function(ctx, t, k, v, path) return mapping(ctx, v, path, PRICE) end,
-  api_key_env = env_name, token_env = env_name, api_url = str,
   api_key = secret, token = secret, secret = secret, password = secret,
 }
+local TYPED = { string = str, number = number(-math.huge), integer = number(-math.huge, true),
+                boolean = bool, strings = strings, env = env_name }
+
+-- The checker table of one provider's section, from its schema.
+local function provider_spec(schema)
+  local spec = {}
+  for k, f in pairs(COMMON) do spec[k] = f end
+  for k, e in pairs(schema) do spec[k] = TYPED[e.type] end
+  return spec
+end
+
+-- The schema's defaults under the values the file set.
+local function with_defaults(values, schema)
+  for k, e in pairs(schema or {}) do
+    if values[k] == nil and e.default ~= nil then values[k] = e.default end
+  end
+  return values
+end
+
 local ROUTING = { max_attempts = number(1, true), breaker_failures = number(1, true),
                   breaker_cooldown_secs = number(0), decision_log = bool,
                   hedge_after_ms = number(0), admission_wait_secs = number(0) }
@@ -114,18 +130,32 @@ local TOP = {
   default_policy = str, policy_path = strings, preset_path = strings, provider_path = strings,
   state_dir = str,
   routing = function(ctx, t, k, v, path) return mapping(ctx, v, path, ROUTING) end,
-  providers = function(ctx, _, _, v, path)
+  -- checked once provider_path is known (a script on it may be named here)
+  providers = function(ctx, _, _, v)
     if type(v) ~= "table" or #v > 0 then bad(ctx, v, nil, "providers must be a mapping of backend names") end
-    local out = {}
-    for name, pv in pairs(v) do
-      if not M.PROVIDERS[name] then
-        bad(ctx, v, name, "unknown provider '" .. tostring(name) .. "'" .. check.suggest(tostring(name), M.PROVIDERS))
-      end
-      out[name] = mapping(ctx, pv, path .. "." .. name, PROVIDER)
-    end
-    return out
+    ctx.providers = v
+    return {}
   end,
 }
+
+-- providers.NAME against the schema of provider NAME; `dirs`: where the
+-- scripts are (SBX_PROVIDER_PATH, then this file's provider_path).
+local function check_providers(ctx, v, dirs)
+  local registry = require "sbx.providers"
+  local known = registry.known(dirs)
+  local keys = {}
+  for name in pairs(v) do keys[#keys + 1] = name end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  local out = {}
+  for _, name in ipairs(keys) do
+    local schema = type(name) == "string" and known[name] and registry.schema(name, dirs)
+    if not schema then
+      bad(ctx, v, name, "unknown provider '" .. tostring(name) .. "'" .. check.suggest(tostring(name), known))
+    end
+    out[name] = with_defaults(mapping(ctx, v[name], "providers." .. name, provider_spec(schema)), schema)
+  end
+  return out
+end
 
 local function expand(p, base)
   if p:sub(1, 2) == "~/" then p = (os.getenv("HOME") or "") .. p:sub(2) end
@@ -153,7 +183,10 @@ function M.parse(text, file)
     for i, p in ipairs(cfg[k] or {}) do cfg[k][i] = expand(p, base) end
   end
   if cfg.state_dir then cfg.state_dir = expand(cfg.state_dir, base) end
-  cfg.providers = cfg.providers or {}
+  local dirs = {}
+  for d in (os.getenv("SBX_PROVIDER_PATH") or ""):gmatch("[^:]+") do dirs[#dirs + 1] = d end
+  for _, d in ipairs(cfg.provider_path or {}) do dirs[#dirs + 1] = d end
+  cfg.providers = ctx.providers and check_providers(ctx, ctx.providers, dirs) or {}
   cfg.routing = cfg.routing or {}
   cfg.file = file
   return cfg
@@ -228,7 +261,6 @@ end
 ---Set the --config file without loading it yet.
 function M.set_path(path) explicit = path; current = nil end
 
----The settings of one provider ({} when none).
 ---A search path: the directories of $env (colon-separated), then the
 ---config's `key` list. With `lenient`, a broken config only drops its part.
 function M.search_path(env, key, lenient)
@@ -240,6 +272,13 @@ function M.search_path(env, key, lenient)
   return dirs
 end
 
-function M.provider(name) return M.get().providers[name] or {} end
+---The settings of one provider: providers.NAME of the config with its
+---schema's defaults (only the defaults when the config names none).
+function M.provider(name)
+  local p = M.get().providers[name]
+  if p then return p end
+  local ok, schema = pcall(require("sbx.providers").schema, name)
+  return with_defaults({}, ok and schema or {})
+end
 
 return M

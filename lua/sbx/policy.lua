@@ -15,7 +15,6 @@ local M = {}
 M.LIMITS = { memory = 8 * 1024 * 1024, instructions = 1000000, millis = 250 }
 M.MAX_SOURCE = 256 * 1024
 
-local cache = {}          -- key -> { name, key, file, sig, script, fn, error }
 local warned = {}          -- a warning is said once per process
 M.warn = function(msg)
   if warned[msg] then return end
@@ -158,53 +157,30 @@ local function compile_builtin(source, chunkname)
   return { fn = mod.route, name = mod.name, builtin = true }
 end
 
-local function source_of(key)
-  if key:sub(1, 8) == "builtin:" then
-    local src = script.builtin("policies/" .. key:sub(9))
-    return src, "@policies/" .. key:sub(9) .. ".lua (built-in)"
-  end
-  local f, err = io.open(key, "rb")
-  if not f then return nil, nil, "cannot read " .. tostring(err) end
-  local src = f:read(M.MAX_SOURCE + 1) or ""
-  f:close()
-  if #src > M.MAX_SOURCE then return nil, nil, key .. ": larger than " .. M.MAX_SOURCE .. " bytes" end
-  return src, "@" .. key
-end
-
----Load (or reload) a policy file/built-in; keeps the last good version.
-local function load_key(key, sig)
-  local cur = cache[key]
-  local src, chunkname, rerr = source_of(key)
-  local pol, err
-  if src and key:sub(1, 8) == "builtin:" then pol, err = compile_builtin(src, chunkname)
-  elseif src then pol, err = compile(src, chunkname) else err = rerr end
-  if pol then
-    pol.key, pol.file = key, chunkname:sub(2)
-    pol.name = pol.name or key:match("([^/:]+)%.lua$") or key:match("^builtin:(.*)$")
+-- Policy files and built-ins through the one script loader (search path,
+-- reload on change, last good version, atomic swap): a new version must
+-- compile and pass the self-check; the capped state of a replaced one is
+-- closed (policies run synchronously: nobody is inside it).
+local loader = require("sbx.scripts").new{
+  kind = "policy", env = "SBX_POLICY_PATH", key = "policy_path", builtin = "policies/",
+  max_source = M.MAX_SOURCE,
+  warn = function(msg) M.warn(msg) end,
+  on_swap = function(old) if old.script then old.script:close() end end,
+  compile = function(source, file, name, key)
+    local pol, err
+    if key:sub(1, 8) == "builtin:" then pol, err = compile_builtin(source, "@" .. file)
+    else pol, err = compile(source, "@" .. file) end
+    if not pol then return nil, err end
+    pol.key, pol.file = key, file
+    pol.name = pol.name or name
     local ok, cerr = M.self_check(pol)
     if not ok then
       if pol.script then pol.script:close() end
-      pol, err = nil, "self-check failed: " .. tostring(cerr)
+      return nil, "self-check failed: " .. tostring(cerr)
     end
-  end
-  if not pol then
-    err = tostring(err)
-    if cur and (cur.script or cur.fn) then
-      if cur.broken_sig ~= sig then
-        cur.broken_sig, cur.error = sig, err
-        M.warn("policy " .. key .. " changed but the new version is broken (" .. err
-               .. "); keeping the last good version")
-      end
-      return cur
-    end
-    cache[key] = { key = key, sig = sig, error = err }
-    return cache[key]
-  end
-  pol.sig = sig
-  if cur and cur.script then cur.script:close() end
-  cache[key] = pol           -- the atomic swap
-  return pol
-end
+    return pol
+  end,
+}
 
 local function exists(p) return script.stat(p) ~= nil end
 
@@ -240,18 +216,16 @@ end
 function M.get(name)
   local key, err = M.resolve(name)
   if not key then return nil, err, "missing" end
-  local sig = key:sub(1, 8) == "builtin:" and "builtin" or script.stat(key) or "gone"
-  local cur = cache[key]
-  if not cur or (cur.sig ~= sig and cur.broken_sig ~= sig) then cur = load_key(key, sig) end
-  if not (cur.script or cur.fn) then return nil, cur.error, "broken" end
-  return cur
+  local e, lerr, why = loader:get_key(key)
+  if not e then return nil, lerr, why end
+  return e.value
 end
 
 ---Load + self-check a file now, without caching it (sbxlua policy check).
 function M.check(file)
-  local src, chunkname, err = source_of(file)
+  local src, chunkname, err = loader:source(file)
   if not src then return nil, err end
-  local pol, cerr = compile(src, chunkname)
+  local pol, cerr = compile(src, "@" .. chunkname)
   if not pol then return nil, cerr end
   pol.file = file
   local ok, serr = M.self_check(pol)
@@ -297,9 +271,6 @@ function M.call(pol, req, candidates, stats, now, lenient)
 end
 
 ---Forget loaded policies (tests).
-function M.reset()
-  for _, p in pairs(cache) do if p.script then p.script:close() end end
-  cache = {}
-end
+function M.reset() loader:reset() end
 
 return M

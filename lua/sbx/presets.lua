@@ -21,7 +21,6 @@ local FIELDS = {
 local OPTION_FIELDS = { "image", "cpu", "memory_mb", "timeout_secs", "allow_internet" }
 
 local registered = {}      -- name -> preset (sbx.register_preset)
-local cache = {}           -- key -> { sig, preset, error }
 M.warn = function(msg) io.stderr:write("sbxlua: ", msg, "\n") end
 
 ---Check a preset table; returns a clean copy or raises ConfigError naming `where`.
@@ -83,54 +82,20 @@ local function compile(source, chunkname)
   return v
 end
 
-local function source_of(key)
-  if key:sub(1, 8) == "builtin:" then
-    return script.builtin("presets/" .. key:sub(9)), "@presets/" .. key:sub(9) .. ".lua (built-in)"
-  end
-  local f, err = io.open(key, "rb")
-  if not f then return nil, nil, "cannot read " .. tostring(err) end
-  local src = f:read(M.MAX_SOURCE + 1) or ""
-  f:close()
-  if #src > M.MAX_SOURCE then return nil, nil, key .. ": larger than " .. M.MAX_SOURCE .. " bytes" end
-  return src, "@" .. key
-end
+-- Preset files and built-ins through the one script loader (search path,
+-- reload on change, last good version, atomic swap).
+local loader = require("sbx.scripts").new{
+  kind = "preset", env = "SBX_PRESET_PATH", key = "preset_path", builtin = "presets/",
+  max_source = M.MAX_SOURCE,
+  dirs = function() return M.path() end,
+  warn = function(msg) M.warn(msg) end,
+  compile = function(source, file) return compile(source, "@" .. file) end,
+}
 
-local function load_key(key)
-  local sig = key:sub(1, 8) == "builtin:" and "builtin" or script.stat(key) or "gone"
-  local cur = cache[key]
-  if cur and (cur.sig == sig or cur.broken_sig == sig) then return cur end
-  local src, chunkname, rerr = source_of(key)
-  local preset, err
-  if src then preset, err = compile(src, chunkname) else err = rerr end
-  if not preset then
-    if cur and cur.preset then
-      if cur.broken_sig ~= sig then
-        cur.broken_sig = sig
-        M.warn("preset " .. key .. " changed but the new version is broken (" .. tostring(err)
-               .. "); keeping the last good version")
-      end
-      return cur
-    end
-    cache[key] = { sig = sig, error = tostring(err) }
-    return cache[key]
-  end
-  cache[key] = { sig = sig, preset = preset }    -- the atomic swap
-  return cache[key]
-end
-
-local function keys()
-  local out, seen = {}, {}
-  for _, d in ipairs(M.path()) do
-    for _, f in ipairs(require("sbx.fs").list_host(d) or {}) do
-      local n = f:match("^(.+)%.lua$")
-      if n and not seen[n] then seen[n] = true; out[n] = d .. "/" .. f end
-    end
-  end
-  for _, b in ipairs(script.builtins("presets/")) do
-    local n = b:sub(9)
-    if not seen[n] then seen[n] = true; out[n] = "builtin:" .. n end
-  end
-  return out
+-- The loader's entry for `name` (nil, why, "missing"|"broken"); names only.
+local function entry(name, dirs)
+  if type(name) ~= "string" or name:find("/", 1, true) then return nil, nil, "missing" end
+  return loader:get(name, dirs)
 end
 
 -- ------------------------------------------------------------ public
@@ -145,12 +110,9 @@ end
 ---The preset called `name`, or raises ConfigError listing the known ones.
 function M.get(name)
   if registered[name] then return registered[name] end
-  local key = keys()[name]
-  if key then
-    local c = load_key(key)
-    if c.preset then return c.preset end
-    errors.raise("ConfigError", "preset '" .. name .. "' is broken: " .. tostring(c.error))
-  end
+  local e, err, why = entry(name)
+  if e then return e.value end
+  if why == "broken" then errors.raise("ConfigError", "preset '" .. name .. "' is broken: " .. tostring(err)) end
   local known = {}
   for n in pairs(M.all()) do known[#known + 1] = n end
   table.sort(known)
@@ -160,9 +122,10 @@ end
 ---name -> preset, every preset that loads.
 function M.all()
   local out = {}
-  for n, key in pairs(keys()) do
-    local c = load_key(key)
-    if c.preset then out[n] = c.preset end
+  local dirs = loader:dirs()
+  for _, n in ipairs(loader:names(dirs)) do
+    local e = entry(n, dirs)
+    if e then out[n] = e.value end
   end
   for n, p in pairs(registered) do out[n] = p end
   return out
@@ -212,7 +175,8 @@ function M.setup_for(preset, backend, image, honours_image)
 end
 
 function M.reset()
-  registered, cache = {}, {}
+  registered = {}
+  loader:reset()
 end
 
 return M

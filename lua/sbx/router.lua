@@ -120,17 +120,10 @@ providers.decorate = function(d)
   if pc.enabled == false then d.available, d.reason = false, "disabled in the config" end
 end
 
--- Apply config settings that providers read themselves.
+-- A new config: forget what was worked out from the old one. (Providers
+-- read their own settings: config.provider(name).)
 config.on_change(function(cfg)
   avail, static = {}, nil
-  local d = cfg.providers.docker
-  if d then
-    local ok, docker = pcall(require, "sbx.backends.docker")
-    if ok then
-      if d.host then docker.host = d.host end
-      if d.image then docker.image = d.image end
-    end
-  end
   if cfg.state_dir then require("sbx.owner").configured_state_dir = cfg.state_dir end
 end)
 

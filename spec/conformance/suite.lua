@@ -1,7 +1,9 @@
 -- The behavioural suite every backend must pass. A backend's spec file
 -- calls this with its name, create options, its busted environment and its
 -- traits ({ own_root = true } for backends with a filesystem of their own,
--- where absolute paths and symlinks resolve inside the sandbox):
+-- where absolute paths and symlinks resolve inside the sandbox; host_env =
+-- "K=V " prefixes the sbxlua processes it starts, e.g. with the provider
+-- path a script provider is found on):
 --   require("spec.conformance.suite")("local", {}, _ENV)
 local sbx = require "sbx"
 local loop = require "sbx.loop"
@@ -20,6 +22,7 @@ local function shq(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
 return function(backend, create_opts, env, traits)
   traits = traits or {}
+  local BIN = (traits.host_env or "") .. BIN
   local describe, it, before_each, after_each, assert =
     env.describe, env.it, env.before_each, env.after_each, env.assert
   local function new(extra)

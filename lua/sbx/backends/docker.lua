@@ -46,6 +46,18 @@ M.descriptor = {
   limits = {},
 }
 
+-- Its keys under providers.docker in sbx.yaml (read through config.provider).
+M.config_schema = {
+  host = { type = "string", help = "the engine: unix:///path or tcp://host:port (after $DOCKER_HOST)" },
+  image = { type = "string", help = "the image of a create that names none (before $SBX_DOCKER_IMAGE)" },
+}
+
+-- providers.docker of the config; a broken config reads as none.
+local function settings()
+  local ok, c = pcall(require("sbx.config").provider, "docker")
+  return ok and c or {}
+end
+
 local API_MAX = 1.43          -- newest Engine API version this code speaks
 
 local function fail(kind, msg, fields)
@@ -60,7 +72,7 @@ local conn                    -- { socket=, base=, prefix= }
 
 local function endpoint()
   local host = os.getenv("DOCKER_HOST")
-  if not host or host == "" then host = M.host or "unix:///var/run/docker.sock" end
+  if not host or host == "" then host = settings().host or "unix:///var/run/docker.sock" end
   if host:match("^unix://") then return { socket = host:sub(8), base = "http://docker", host = host } end
   local hp = host:match("^tcp://(.+)$") or host:match("^http://(.+)$")
   if hp then return { base = "http://" .. hp, host = host } end
@@ -195,7 +207,7 @@ function M.home() return M.WORKDIR end
 ---The image of a create that names none: sbx.yaml's docker.image, else
 ---$SBX_DOCKER_IMAGE, else python:3.12-slim.
 function M.default_image()
-  return M.image or os.getenv("SBX_DOCKER_IMAGE") or "python:3.12-slim"
+  return settings().image or os.getenv("SBX_DOCKER_IMAGE") or "python:3.12-slim"
 end
 
 ---Is `image` on this engine? true | false | nil, why (no engine).
@@ -411,8 +423,7 @@ local function create_body(spec)
   }
   for k, v in pairs(spec.labels or {}) do labels[k] = tostring(v) end
   local body = {
-    Image = spec.snapshot_id or spec.image or M.image or os.getenv("SBX_DOCKER_IMAGE")
-            or "python:3.12-slim",
+    Image = spec.snapshot_id or spec.image or M.default_image(),
     Entrypoint = { spec.agent_path }, Cmd = { "sleep" },
     WorkingDir = M.WORKDIR, Labels = labels,
     HostConfig = {

@@ -84,8 +84,6 @@ function M.left()
   return budget - spent - reserved
 end
 
-function M.spent() return spent, reserved end
-
 ---Would a create that projects `cost` fit? (false, message when not)
 function M.fits(cost)
   local left = M.left()

@@ -94,23 +94,6 @@ local function available(e, name, now)
   return availability(name, e.p, now)
 end
 
----Every provider in routing order: name -> descriptor with availability,
----effective price (config > default table) and limits from the config.
----@return table by_name, string[] names
-function M.describe()
-  local st, now = statics(), loop.now()
-  local out = {}
-  for _, name in ipairs(st.names) do
-    local e = st.by[name]
-    local d = {}
-    for k, v in pairs(e.desc) do d[k] = v end
-    d.unavailable = nil
-    d.available, d.reason = available(e, name, now)
-    out[name] = d
-  end
-  return out, st.names
-end
-
 -- Make `sbxlua providers` / sbx.providers() show effective prices too.
 providers.decorate = function(d)
   d.price = meter.price(d.name, d.price)

@@ -3,18 +3,15 @@
 -- patch apply and reject.
 local sbx = require "sbx"
 local docker = require "sbx.backends.docker"
+local S = require "spec.support"
 
 local BACKENDS = { { "local", {} } }
 if require("sbx.backends.bwrap").available() then BACKENDS[#BACKENDS + 1] = { "bwrap", {} } end
 if docker.available() then
-  BACKENDS[#BACKENDS + 1] = { "docker", { image = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm" } }
+  BACKENDS[#BACKENDS + 1] = { "docker", { image = S.IMAGE } }
 end
 
-local function kind_of(fn)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error")
-  return type(err) == "table" and err.kind or tostring(err), err
-end
+local kind_of = S.kind_of
 
 local TRICKY = "say \"hi\" and 'bye'; $(rm -rf /) `id` \\ \nsecond line\n\ttab"
 local BIG = string.rep("0123456789abcdef", 300 * 1024 // 16)   -- 300 KB

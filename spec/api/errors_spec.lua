@@ -5,13 +5,9 @@ local errors = require "sbx.errors"
 local router = require "sbx.router"
 local health = require "sbx.health"
 local fs = require "sbx.fs"
+local S = require "spec.support"
 
-local function caught(fn)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error")
-  assert.is_table(err, tostring(err))
-  return err
-end
+local caught = S.caught
 
 describe("errors", function()
   it("has the hierarchy of API.md, and is() respects it", function()

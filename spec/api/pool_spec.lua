@@ -9,15 +9,10 @@ local owner = require "sbx.owner"
 local fs = require "sbx.fs"
 local proc = require "sbx.proc"
 local json = require "cjson"
+local S = require "spec.support"
 
-local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
-local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
-
-local function kind_of(fn)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error")
-  return type(err) == "table" and err.kind or ("string: " .. tostring(err)), err
-end
+local IMAGE = S.IMAGE
+local kind_of = S.kind_of
 
 local function p50(t)
   local s = {}
@@ -45,20 +40,7 @@ local function local_dirs()
   return fs.list_host(owner.state_dir() .. "/local/" .. sid) or {}
 end
 
-local function docker_ready()
-  local docker = require "sbx.backends.docker"
-  local ok, why = docker.available()
-  if ok then
-    local f = io.popen("docker image inspect " .. IMAGE .. " >/dev/null 2>&1 && echo y")
-    local out = f:read("a")
-    f:close()
-    if out ~= "y\n" then ok, why = false, "test image " .. IMAGE .. " is missing (images/test/build.sh)" end
-  end
-  if not ok then
-    assert(os.getenv("SBX_REQUIRE_DOCKER") ~= "1", "docker is required here but unavailable: " .. tostring(why))
-  end
-  return ok, why
-end
+local function docker_ready() return S.available("docker", IMAGE) end
 
 -- Containers of `session` (default: this one) the engine still has.
 local function containers(session)
@@ -469,16 +451,9 @@ describe("routing with warm pools", function()
 end)
 
 describe("pools at exit and on signals", function()
-  local STATE = (os.getenv("SBX_STATE_DIR") or "/tmp") .. "/pool-" .. proc.getpid()
-
-  local function env()
-    local e = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" .. STATE, "SBX_STATE_DIR=" .. STATE,
-                "SBX_TEST_IMAGE=" .. IMAGE }
-    for _, k in ipairs{ "SBX_LUA_PATH", "DOCKER_HOST" } do
-      if os.getenv(k) then e[#e + 1] = k .. "=" .. os.getenv(k) end
-    end
-    return e
-  end
+  local H = S.home("pool", { vars = { SBX_TEST_IMAGE = IMAGE, SBX_LUA_PATH = os.getenv("SBX_LUA_PATH"),
+                                       DOCKER_HOST = os.getenv("DOCKER_HOST") } })
+  local STATE = H.dir
 
   local function job(code)
     local path = STATE .. "/job-" .. proc.random_hex(4) .. ".lua"
@@ -488,31 +463,15 @@ describe("pools at exit and on signals", function()
     return path
   end
 
-  local function sbxlua(args)
-    local argv = { BIN }
-    for _, a in ipairs(args) do argv[#argv + 1] = a end
-    return assert(proc.spawn{ argv = argv, env = env(), stream = true, keep_stdin = true })
-  end
-
-  local function expect_output(p, pattern)
-    local seen = ""
-    while not seen:find(pattern) do
-      local which, chunk = p:read()
-      assert(which, "sbxlua ended before printing " .. pattern .. "; got: " .. seen)
-      if which == "stdout" then seen = seen .. chunk end
-    end
-    return seen
-  end
+  local sbxlua, expect_output = H.start, S.expect_output
 
   local function live_sandboxes()
-    local p = assert(proc.spawn{ argv = { BIN, "ls", "--json" }, env = env(), timeout = 60 })
-    local r = p:wait()
+    local r = H.run({ "ls", "--json" }, { timeout = 60 })
     assert.equal(0, r.exit_code, r.stderr)
     return json.decode(r.stdout)
   end
 
-  setup(function() os.execute("mkdir -p " .. STATE) end)
-  teardown(function() fs.rmtree(STATE) end)
+  teardown(H.cleanup)
 
   local function scenario(backend, how)
     local opts = backend == "docker" and ("image = '" .. IMAGE .. "', ") or ""

@@ -5,13 +5,10 @@ local sbx = require "sbx"
 local presets = require "sbx.presets"
 local fs = require "sbx.fs"
 local docker = require "sbx.backends.docker"
-local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
+local S = require "spec.support"
+local IMAGE = S.IMAGE
 
-local function kind_of(fn)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error")
-  return type(err) == "table" and err.kind or tostring(err), err
-end
+local kind_of = S.kind_of
 
 describe("presets", function()
   it("ships codex and claude-code like the peer (2 GiB, 30 min, the CLI), plus python and node", function()
@@ -119,12 +116,7 @@ describe("presets", function()
     assert.equal("ConfigError", kind_of(function() sbx.sandbox("local"):agent() end))
   end)
 
-  local function image_exists(name)
-    local f = io.popen("docker image inspect " .. name .. " >/dev/null 2>&1 && echo yes")
-    local out = f:read("a")
-    f:close()
-    return out == "yes\n"
-  end
+  local image_exists = S.image_present
 
   if docker.available() and image_exists("sbxlua/codex:1") then
     it("the codex preset's image has the CLI its agent spec calls", function()

@@ -3,12 +3,9 @@
 local sbx = require "sbx"
 local loop = require "sbx.loop"
 local owner = require "sbx.owner"
+local S = require "spec.support"
 
-local function kind_of(fn)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error")
-  return type(err) == "table" and err.kind or ("string: " .. tostring(err)), err
-end
+local kind_of = S.kind_of
 
 describe("sbx.sandbox options", function()
   it("rejects unknown options with a suggestion", function()

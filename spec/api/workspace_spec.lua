@@ -6,13 +6,9 @@
 local sbx = require "sbx"
 local owner = require "sbx.owner"
 local fs = require "sbx.fs"
+local S = require "spec.support"
 
-local function caught(fn)
-  local ok, err = pcall(fn)
-  assert.is_false(ok, "expected an error")
-  assert.is_table(err, tostring(err))
-  return err
-end
+local caught = S.caught
 
 local dir = assert(fs.mkdtemp("/tmp", "sbxws"))
 

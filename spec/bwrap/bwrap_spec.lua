@@ -10,37 +10,16 @@ local fs = require "sbx.fs"
 local native = require "sbx.bwrap"
 local bwrap = require "sbx.backends.bwrap"
 local router = require "sbx.router"
+local S = require "spec.support"
 
-local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
+local BIN = S.BIN
 
-local ok, why = bwrap.available()
-if not ok then
-  assert(os.getenv("SBX_REQUIRE_BWRAP") ~= "1", "bwrap is required here but unavailable: " .. tostring(why))
-  describe("bwrap backend", function() pending("bwrap unavailable: " .. tostring(why)) end)
-  return
-end
+if not S.gate("bwrap", "bwrap backend") then return end
 
-local function kind_of(fn)
-  local okk, err = pcall(fn)
-  assert.is_false(okk, "expected an error")
-  return type(err) == "table" and err.kind or tostring(err), err
-end
-
-local function host(cmd)
-  local f = io.popen(cmd .. " 2>&1")
-  local out = f:read("a")
-  f:close()
-  return out
-end
-
-local function shq(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local kind_of, host, shq = S.kind_of, S.host, S.shq
 
 local function py(sb, code, ...)
   return sb:execute_command("python3", { "-c", code, ... }, { timeout = 30 })
-end
-
-local function fd_count()
-  return #(fs.list_host("/proc/" .. proc.getpid() .. "/fd") or {})
 end
 
 describe("bwrap backend", function()
@@ -428,7 +407,7 @@ call('getppid', 110)
 
     it("returns to the fd count it started with", function()
       sb:execute_command("true")
-      local before = fd_count()
+      local before = S.fd_baseline()
       for _ = 1, 3 do
         local s <close> = sbx.sandbox("bwrap")
         s:write_file("x", "y")
@@ -436,7 +415,7 @@ call('getppid', 110)
         s:execute_command("true")
         s:list_files("/")
       end
-      assert.equal(before, fd_count())
+      S.expect_fds(before)
     end)
 
     it("destroy kills background processes and removes the root", function()

@@ -1,8 +1,8 @@
 -- The sbx.proc options the bwrap backend stands on: extra fds holding data
 -- (its seccomp program reaches bwrap on fd 3) and rlimits set in the child.
 local proc = require "sbx.proc"
-local fs = require "sbx.fs"
 local native = require "sbx.bwrap"
+local S = require "spec.support"
 
 local PATH = "PATH=/usr/local/bin:/usr/bin:/bin"
 
@@ -14,11 +14,9 @@ local function run(o)
   return r
 end
 
-local function fd_count() return #(fs.list_host("/proc/" .. proc.getpid() .. "/fd") or {}) end
-
 describe("proc.spawn fds", function()
   it("gives each string to the child on fd 3, 4, ... to its end, and nothing more", function()
-    local before = fd_count()
+    local before = S.fd_baseline()
     local r = run{ argv = { "python3", "-c", [[
 import os
 print(sorted(int(f) for f in os.listdir('/proc/self/fd')))
@@ -28,7 +26,7 @@ print(len(os.read(4, 1 << 20)))
     assert.equal(0, r.exit_code, r.stderr)
     -- 0-2, the two fds, and the one listdir holds open
     assert.matches("^%[0, 1, 2, 3, 4, 5%]\nfirst True\n65536\n$", r.stdout)
-    assert.equal(before, fd_count())
+    S.expect_fds(before)
   end)
 
   it("works with no fds and an empty string", function()
@@ -59,12 +57,12 @@ describe("proc.spawn rlimits", function()
     assert.has_error(function() proc.spawn{ argv = { "true" }, env = { PATH }, rlimits = { bogus = 1 } } end)
     assert.has_error(function() proc.spawn{ argv = { "true" }, env = { PATH }, rlimits = { nofile = -1 } } end)
     assert.has_error(function() proc.spawn{ argv = { "true" }, env = { PATH }, rlimits = { nofile = 1.5 } } end)
-    local before = fd_count()
+    local before = S.fd_baseline()
     local p, err, code = proc.spawn{ argv = { "true" }, env = { PATH }, rlimits = { nofile = 1 << 40 } }
     assert.is_nil(p)
     assert.matches("setrlimit", err)
     assert.equal("EPERM", code)
-    assert.equal(before, fd_count())
+    S.expect_fds(before)
   end)
 end)
 

@@ -4,62 +4,14 @@ local proc = require "sbx.proc"
 local loop = require "sbx.loop"
 local fs = require "sbx.fs"
 local json = require "cjson"
+local S = require "spec.support"
 
-local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
-local STATE = (os.getenv("SBX_STATE_DIR") or "/tmp") .. "/cli-" .. proc.getpid()
-
-local function env(extra)
-  local vars = { PATH = "/usr/local/bin:/usr/bin:/bin", HOME = STATE, SBX_STATE_DIR = STATE }
-  for _, kv in ipairs(extra or {}) do
-    local k, v = kv:match("^([^=]+)=(.*)$")
-    vars[k] = v
-  end
-  local e = {}
-  for k, v in pairs(vars) do e[#e + 1] = k .. "=" .. v end
-  return e
-end
-
--- Run sbxlua with argv; returns the result table (stdout, stderr, exit_code, ...).
-local function sbxlua(args, opts)
-  opts = opts or {}
-  local argv = { BIN }
-  for _, a in ipairs(args) do argv[#argv + 1] = a end
-  local p = assert(proc.spawn{ argv = argv, env = env(opts.env), stdin = opts.stdin,
-                               timeout = opts.timeout or 60 })
-  return p:wait()
-end
-
-local function start(args)
-  local argv = { BIN }
-  for _, a in ipairs(args) do argv[#argv + 1] = a end
-  return assert(proc.spawn{ argv = argv, env = env(), stream = true, keep_stdin = true })
-end
-
--- Read a background sbxlua's stdout until `pattern` appears.
-local function expect_output(p, pattern)
-  local seen = ""
-  while not seen:find(pattern) do
-    local which, chunk = p:read()
-    assert(which, "sbxlua ended before printing " .. pattern .. "; got: " .. seen)
-    if which == "stdout" then seen = seen .. chunk end
-  end
-  return seen
-end
-
-local function write_job(name, code)
-  local path = STATE .. "/" .. name
-  local f = assert(io.open(path, "w"))
-  f:write(code)
-  f:close()
-  return path
-end
-
-local function alive(tag)
-  local f = io.popen("pgrep -f '[" .. tag:sub(1, 1) .. "]" .. tag:sub(2) .. "'")
-  local out = f:read("a")
-  f:close()
-  return out ~= ""
-end
+-- sbxlua with HOME and SBX_STATE_DIR in STATE: sbxlua(args, { env =, stdin =,
+-- timeout = }) -> result; start(args) -> the running process.
+local H = S.home("cli", { timeout = 60 })
+local BIN, STATE = S.BIN, H.dir
+local env, sbxlua, start, write_job = H.env, H.run, H.start, H.write
+local expect_output, alive = S.expect_output, S.alive
 
 local function live_sandboxes()
   local r = sbxlua({ "ls", "--json" })

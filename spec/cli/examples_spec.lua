@@ -1,15 +1,7 @@
 -- The examples in examples/ run as documented (on the local backend).
-local proc = require "sbx.proc"
+local S = require "spec.support"
 
-local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
-local STATE = (os.getenv("SBX_STATE_DIR") or "/tmp") .. "/examples-" .. proc.getpid()
-
-local function run(args)
-  local argv = { BIN }
-  for _, a in ipairs(args) do argv[#argv + 1] = a end
-  return assert(proc.spawn{ argv = argv, timeout = 120,
-    env = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" .. STATE, "SBX_STATE_DIR=" .. STATE } }):wait()
-end
+local run = S.home("examples").run
 
 describe("examples", function()
   it("hello.lua", function()

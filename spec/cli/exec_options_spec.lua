@@ -2,31 +2,15 @@
 -- sbxlua's stdin to the command, --no-internet/--cpu/--memory-mb reach the
 -- sandbox, --env K takes the value from sbxlua's environment, --json prints
 -- the result, and streamed output is never reported as dropped.
-local S = dofile((os.getenv("SBX_SOURCE_DIR") or ".") .. "/spec/cli/cli_support.lua")
-local proc = require "sbx.proc"
+local S = require "spec.support"
 local json = require "cjson"
 local docker = require "sbx.backends.docker"
 local providers = require "sbx.providers"
 
-local T = S.new("exec-options")
+local T = S.user("exec-options")
 
-local function start(args, env)
-  local argv = { S.BIN }
-  for _, a in ipairs(args) do argv[#argv + 1] = a end
-  return assert(proc.spawn{ argv = argv, env = T.env(env), cwd = T.dir, stream = true, keep_stdin = true,
-                            timeout = 120 })
-end
-
--- Read p's stdout until `pattern` shows; returns what was read.
-local function expect(p, pattern)
-  local seen = ""
-  while not seen:find(pattern) do
-    local which, chunk = p:read()
-    assert(which, "sbxlua ended before printing " .. pattern .. "; got: " .. seen)
-    if which == "stdout" then seen = seen .. chunk end
-  end
-  return seen
-end
+local function start(args, env) return T.start(args, { env = env, timeout = 120 }) end
+local expect = S.expect_output
 
 describe("sbxlua exec options", function()
   teardown(T.cleanup)

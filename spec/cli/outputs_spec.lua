@@ -3,11 +3,11 @@
 -- policy check / usage / route --explain saying what they know, doctor
 -- checking the config and the default image, selftest skipping instead of
 -- failing, "nothing to do", and sbx.budget() reading without removing.
-local S = dofile((os.getenv("SBX_SOURCE_DIR") or ".") .. "/spec/cli/cli_support.lua")
+local S = require "spec.support"
 local json = require "cjson"
 local docker = require "sbx.backends.docker"
 
-local T = S.new("outputs")
+local T = S.user("outputs")
 
 local function count(s, pat)
   local n = 0

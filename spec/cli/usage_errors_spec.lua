@@ -3,10 +3,10 @@
 -- error exits 2 with one line naming the problem; a failed operation exits
 -- 1 with one line; names are checked (with "did you mean"); a job's own
 -- error keeps its traceback.
-local S = dofile((os.getenv("SBX_SOURCE_DIR") or ".") .. "/spec/cli/cli_support.lua")
+local S = require "spec.support"
 local cli_table = require "sbx.cli_table"
 
-local T = S.new("usage-errors")
+local T = S.user("usage-errors")
 
 describe("sbxlua usage errors", function()
   teardown(T.cleanup)

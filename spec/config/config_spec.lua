@@ -4,17 +4,10 @@ local yaml = require "sbx.yaml"
 local config = require "sbx.config"
 local errors = require "sbx.errors"
 local proc = require "sbx.proc"
+local S = require "spec.support"
 
-local DIR = (os.getenv("SBX_STATE_DIR") or "/tmp") .. "/config-" .. proc.getpid()
-os.execute("mkdir -p '" .. DIR .. "'")
-
-local function write(name, text)
-  local path = DIR .. "/" .. name
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-  return path
-end
+local H = S.home("config")
+local DIR, write = H.dir, H.write
 
 local function config_error(text, pattern)
   local ok, e = pcall(config.parse, text, "sbx.yaml")
@@ -191,18 +184,12 @@ describe("using a config", function()
   end)
 
   it("the CLI takes --config and reports a bad file with file:line:column", function()
-    local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
     local bad = write("bad.yaml", "providers:\n  docker:\n    colour: red\n")
-    local p = assert(proc.spawn{ argv = { BIN, "--config", bad, "route" },
-                                 env = { "PATH=/usr/bin:/bin", "HOME=" .. DIR, "SBX_STATE_DIR=" .. DIR }, timeout = 30 })
-    local r = p:wait()
+    local r = H.run({ "--config", bad, "route" }, { env = { PATH = "/usr/bin:/bin" }, timeout = 30 })
     assert.equal(2, r.exit_code)        -- a ConfigError is the user's to fix: a usage error
     assert.matches("bad.yaml:3:5: unknown key 'colour'", r.stderr)
     assert.not_matches("traceback", r.stderr)
-    p = assert(proc.spawn{ argv = { BIN, "route", "--explain" },
-                           env = { "PATH=/usr/bin:/bin", "HOME=" .. DIR, "SBX_STATE_DIR=" .. DIR, "SBX_CONFIG=" .. bad },
-                           timeout = 30 })
-    r = p:wait()
+    r = H.run({ "route", "--explain" }, { env = { PATH = "/usr/bin:/bin", SBX_CONFIG = bad }, timeout = 30 })
     assert.equal(2, r.exit_code)
     assert.matches("colour", r.stderr)
   end)

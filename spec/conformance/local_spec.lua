@@ -1,2 +1,1 @@
--- The conformance suite on the local backend (always available).
-require("spec.conformance.suite")("local", {}, _ENV)
+require("spec.conformance.run")("local")

@@ -1,24 +1,17 @@
--- The behavioural suite every backend must pass. A backend's spec file
--- calls this with its name, create options, its busted environment and its
--- traits ({ own_root = true } for backends with a filesystem of their own,
--- where absolute paths and symlinks resolve inside the sandbox; host_env =
--- "K=V " prefixes the sbxlua processes it starts, e.g. with the provider
--- path a script provider is found on):
---   require("spec.conformance.suite")("local", {}, _ENV)
+-- The behavioural suite every backend must pass. run.lua calls it for each
+-- row of rows.lua with the backend's name, create options, the busted
+-- environment and the row's traits ({ own_root = true } for backends with a
+-- filesystem of their own, where absolute paths and symlinks resolve inside
+-- the sandbox; host_env = "K=V " prefixes the sbxlua processes it starts,
+-- e.g. with the provider path a script provider is found on):
+-- suite("local", {}, require "busted"). spec/conformance/script_spec.lua
+-- calls it directly for a throwaway provider script.
 local sbx = require "sbx"
 local loop = require "sbx.loop"
 
-local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
+local S = require "spec.support"
 
--- Run a shell command on the host; returns its stdout and exit status.
-local function host(cmd)
-  local f = io.popen(cmd .. " 2>&1")
-  local out = f:read("a")
-  local _, _, status = f:close()
-  return out, status
-end
-
-local function shq(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+local BIN, host, shq, kind_of = S.BIN, S.host, S.shq, S.kind_of
 
 return function(backend, create_opts, env, traits)
   traits = traits or {}
@@ -30,12 +23,6 @@ return function(backend, create_opts, env, traits)
     for k, v in pairs(create_opts or {}) do o[k] = v end
     for k, v in pairs(extra or {}) do o[k] = v end
     return sbx.sandbox(backend, o)
-  end
-
-  local function kind_of(fn)
-    local ok, err = pcall(fn)
-    assert.is_false(ok, "expected an error")
-    return type(err) == "table" and err.kind or tostring(err), err
   end
 
   describe("conformance: " .. backend, function()

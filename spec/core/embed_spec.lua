@@ -113,13 +113,10 @@ describe("exit cleanup in a stock lua5.4", function()
 end)
 
 describe("SBX_LUA_PATH (the source tree instead of the embedded modules)", function()
-  local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
   local fs = require "sbx.fs"
   local function run(dir, code)
     local env = { "PATH=/usr/bin:/bin", "HOME=" .. STATE, "SBX_STATE_DIR=" .. STATE, "SBX_LUA_PATH=" .. dir }
-    local preload = os.getenv("SBX_PRELOAD") or ""
-    if preload ~= "" then env[#env + 1] = "LD_PRELOAD=" .. preload end
-    return assert(proc.spawn{ argv = { BIN, "-e", code }, env = env, timeout = 60 }):wait()
+    return require("spec.support").sbxlua({ "-e", code }, { env = env, timeout = 60, preload = true })
   end
 
   it("takes what the tree has, the embedded copy for the rest, and raises its syntax errors", function()

@@ -1,5 +1,6 @@
 -- sbx.fs: the jailed file system (G8) and the host file primitives.
 local fs = require "sbx.fs"
+local S = require "spec.support"
 
 local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
@@ -30,12 +31,6 @@ local function fails(code, ok, msg, got)
     assert.are.equal(code, got, msg)
   end
   return msg
-end
-
-local function fd_count()
-  collectgarbage()
-  collectgarbage()
-  return #assert(fs.list_host("/proc/self/fd"))
 end
 
 describe("sbx.fs", function()
@@ -702,9 +697,9 @@ describe("sbx.fs", function()
         local r = fs.open_root(dir); r:close()
       end
       work()
-      local before = fd_count()
+      local before = S.fd_baseline{ collect = true }
       for _ = 1, 20 do work() end
-      assert.are.equal(before, fd_count())
+      S.expect_fds(before)
     end)
   end)
 end)

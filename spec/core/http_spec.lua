@@ -5,6 +5,7 @@ local proc = require "sbx.proc"
 local loop = require "sbx.loop"
 local fs = require "sbx.fs"
 require "sbx"  -- typed errors (Cancelled) for the core
+local S = require "spec.support"
 
 local PATH = "PATH=/usr/local/bin:/usr/bin:/bin"
 local HERE = debug.getinfo(1, "S").source:match("^@(.*)/core/[^/]*$") or "spec"
@@ -13,12 +14,6 @@ local MiB = 1024 * 1024
 -- this sbxlua (a concurrent rebuild may have replaced the file)
 local function sbxlua()
   return os.getenv("SBX_BIN") or (fs.readlink("/proc/self/exe"):gsub(" %(deleted%)$", ""))
-end
-
-local function fd_count()
-  collectgarbage()
-  collectgarbage()
-  return #assert(fs.list_host("/proc/self/fd"))
 end
 
 local function vm_kb(field)
@@ -374,24 +369,24 @@ describe("sbx.http", function()
   end)
 
   it("a cancelled task's transfer is aborted: no fd, no connection left", function()
-    local fds0, conns0 = fd_count(), server_conns()
+    local fds0, conns0 = S.fd_baseline{ collect = true }, server_conns()
     local t = loop.spawn(function() return http.request{ url = base .. "/hang", timeout = 30 } end)
     loop.sleep(0.2)
     assert.equal(1, http.in_flight())
     assert.equal(conns0 + 1, server_conns())
-    assert.equal(fds0 + 1, fd_count())
+    S.expect_fds(fds0, 1)
     t:cancel()
     local ok, err = t:join()
     assert.is_false(ok)
     assert.equal("Cancelled", err.kind)
     assert.equal(0, http.in_flight())
-    assert.equal(fds0, fd_count())
+    S.expect_fds(fds0)
     loop.sleep(0.1)
     assert.equal(conns0, server_conns())
   end)
 
   it("a task cancelled in read() aborts its stream", function()
-    local fds0 = fd_count()
+    local fds0 = S.fd_baseline{ collect = true }
     local resp = assert(get("/slow?n=100&delay=1000", { stream = true, timeout = 30 }))
     local t = loop.spawn(function() return resp:read() end)
     loop.sleep(0.1)
@@ -401,11 +396,11 @@ describe("sbx.http", function()
     assert.equal("Cancelled", err.kind)
     assert.equal(0, http.in_flight())
     assert.has_error(function() resp:read() end)
-    assert.equal(fds0, fd_count())
+    S.expect_fds(fds0)
   end)
 
   it("close aborts a stream; is idempotent; <close> and __gc work", function()
-    local fds0 = fd_count()
+    local fds0 = S.fd_baseline{ collect = true }
     local resp = assert(get("/big?n=100000000", { stream = true }))
     assert.matches("sbx.HttpResponse", tostring(resp))
     assert.is_string(resp:read())
@@ -418,7 +413,7 @@ describe("sbx.http", function()
       assert.equal(200, r.status)
     end
     assert.equal(0, http.in_flight())
-    assert.equal(fds0, fd_count())
+    S.expect_fds(fds0)
     -- a finished, unread stream is collectable
     local weak = setmetatable({}, { __mode = "v" })
     weak[1] = assert(get("/ok", { stream = true }))

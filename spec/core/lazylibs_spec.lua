@@ -5,15 +5,14 @@
 local proc = require "sbx.proc"
 local fs = require "sbx.fs"
 
-local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
+local S = require "spec.support"
+
 local STATE = (os.getenv("SBX_STATE_DIR") or "/tmp") .. "/lazylibs-" .. proc.getpid()
 
 local dir
 local function run(code)
   local env = { "PATH=/usr/bin:/bin", "HOME=" .. STATE, "SBX_STATE_DIR=" .. STATE, "LD_LIBRARY_PATH=" .. dir }
-  local preload = os.getenv("SBX_PRELOAD") or ""
-  if preload ~= "" then env[#env + 1] = "LD_PRELOAD=" .. preload end
-  return assert(proc.spawn{ argv = { BIN, "-e", code }, env = env, timeout = 60 }):wait()
+  return S.sbxlua({ "-e", code }, { env = env, timeout = 60, preload = true })
 end
 
 describe("libraries loaded on first use", function()

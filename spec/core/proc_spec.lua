@@ -4,6 +4,7 @@ local proc = require "sbx.proc"
 local loop = require "sbx.loop"
 local cgroup = require "sbx.cgroup"
 require "sbx"
+local S = require "spec.support"
 
 local PATH = "PATH=/usr/local/bin:/usr/bin:/bin"
 
@@ -14,28 +15,7 @@ local function run(argv, o)
   return p:wait(), p
 end
 
-local function fd_count()
-  local f = io.popen("ls /proc/" .. proc.getpid() .. "/fd")
-  local _, n = f:read("a"):gsub("\n", "")
-  f:close()
-  return n
-end
-
--- Our open fds and what they are, for a failure message.
-local function fd_list()
-  local f = io.popen("ls -l /proc/" .. proc.getpid() .. "/fd | sed 1d | awk '{print $9, $11}'")
-  local out = f:read("a")
-  f:close()
-  return out
-end
-
-local function alive(pattern)
-  -- "[s]bx..." keeps the popen shell's own command line from matching
-  local f = io.popen("pgrep -f '[" .. pattern:sub(1, 1) .. "]" .. pattern:sub(2) .. "'")
-  local out = f:read("a")
-  f:close()
-  return out ~= ""
-end
+local alive = S.alive
 
 describe("sbx.proc", function()
   it("returns the documented result shape", function()
@@ -232,20 +212,14 @@ describe("sbx.proc", function()
 
   it("children get only fds 0-2, and our fd count returns to its baseline", function()
     collectgarbage() collectgarbage()
-    local before, listed = fd_count(), fd_list()
+    local before = S.fd_baseline()
     local r = run({ "sh", "-c", "ls /proc/$$/fd" })
     assert.equal("0\n1\n2\n", r.stdout)
     for _ = 1, 50 do run({ "true" }) end
     -- finished processes hold no fds, even before GC. A leak stays; one
     -- extra fd was seen once under ASan with a loaded machine (cause not
     -- found): a short wait tells the two apart, the listing shows which
-    local after = fd_count()
-    for _ = 1, 20 do
-      if after == before then break end
-      loop.sleep(0.05)
-      after = fd_count()
-    end
-    assert.equal(before, after, "before:\n" .. listed .. "after:\n" .. fd_list())
+    S.expect_fds(before)
   end)
 
   it("runs 100 processes concurrently from tasks", function()

@@ -5,16 +5,12 @@ local http = require "sbx.http"
 local json = require "cjson"
 local loop = require "sbx.loop"
 local docker = require "sbx.backends.docker"
+local S = require "spec.support"
 
-local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
+local IMAGE = S.IMAGE
 local SOCK = "/var/run/docker.sock"
 
-local ok, why = docker.available()
-if not ok then
-  assert(os.getenv("SBX_REQUIRE_DOCKER") ~= "1", "docker is required here but unavailable: " .. tostring(why))
-  describe("docker agent", function() pending("docker unavailable: " .. tostring(why)) end)
-  return
-end
+if not S.gate("docker", "docker agent") then return end
 
 local function engine(method, path)
   local r = assert(http.request{ url = "http://docker/v1.41" .. path, unix_socket = SOCK, method = method })
@@ -27,11 +23,7 @@ local function exec_count(sb)
   return #(c.ExecIDs or {})
 end
 
-local function kind_of(fn)
-  local okk, err = pcall(fn)
-  assert.is_false(okk, "expected an error")
-  return type(err) == "table" and err.kind or tostring(err), err
-end
+local kind_of = S.kind_of
 
 describe("docker agent", function()
   it("runs every command and file operation over one agent stream", function()

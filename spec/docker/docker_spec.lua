@@ -8,17 +8,12 @@ local loop = require "sbx.loop"
 local fs = require "sbx.fs"
 local json = require "cjson"
 local docker = require "sbx.backends.docker"
+local S = require "spec.support"
 
-local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
-local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
+local IMAGE = S.IMAGE
 local SOCK = "/var/run/docker.sock"
 
-local ok, why = docker.available()
-if not ok then
-  assert(os.getenv("SBX_REQUIRE_DOCKER") ~= "1", "docker is required here but unavailable: " .. tostring(why))
-  describe("docker backend", function() pending("docker unavailable: " .. tostring(why)) end)
-  return
-end
+if not S.gate("docker", "docker backend") then return end
 
 local function engine(method, path, body)
   local r = assert(http.request{ url = "http://docker/v1.41" .. path, unix_socket = SOCK, method = method,
@@ -35,22 +30,13 @@ local function containers_labelled(label)
   return list
 end
 
-local function kind_of(fn)
-  local okk, err = pcall(fn)
-  assert.is_false(okk, "expected an error")
-  return type(err) == "table" and err.kind or tostring(err), err
-end
+local kind_of = S.kind_of
 
-local STATE = (os.getenv("SBX_STATE_DIR") or "/tmp") .. "/docker-spec-" .. proc.getpid()
+local H = S.home("docker-spec", { vars = { SBX_TEST_IMAGE = IMAGE } })
+local STATE = H.dir
 
-local function sbxlua(args, extra_env)
-  local argv = { BIN }
-  for _, a in ipairs(args) do argv[#argv + 1] = a end
-  local env = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" .. STATE, "SBX_STATE_DIR=" .. STATE,
-                "SBX_TEST_IMAGE=" .. IMAGE }
-  for _, e in ipairs(extra_env or {}) do env[#env + 1] = e end
-  return assert(proc.spawn{ argv = argv, env = env, timeout = 120, stream = true })
-end
+-- sbxlua(args [, extra env "K=V" list]) -> the running process
+local function sbxlua(args, extra_env) return H.start(args, { env = extra_env, timeout = 120, keep_stdin = false }) end
 
 describe("docker backend", function()
   it("creates hardened, labelled containers (G1)", function()

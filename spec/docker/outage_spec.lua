@@ -7,19 +7,13 @@ local loop = require "sbx.loop"
 local fs = require "sbx.fs"
 local json = require "cjson"
 local http = require "sbx.http"
-local docker = require "sbx.backends.docker"
+local S = require "spec.support"
 
-local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
-local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
+local IMAGE, BIN = S.IMAGE, S.BIN
 
-local ok, why = docker.available()
-if not ok then
-  assert(os.getenv("SBX_REQUIRE_DOCKER") ~= "1", "docker is required here but unavailable: " .. tostring(why))
-  describe("docker outage", function() pending("docker unavailable: " .. tostring(why)) end)
-  return
-end
+if not S.gate("docker", "docker outage") then return end
 
-local dir = assert(fs.mkdtemp("/tmp", "sbxoutage"))
+local dir = S.tmpdir("sbxoutage")
 
 -- A relay to the engine, on a unix socket (`path`) or on loopback TCP (a
 -- table of listen options: the engine as a remote one looks); cut() drops
@@ -57,19 +51,12 @@ end
 local function job(code, sock)
   local path = dir .. "/job" .. require("sbx.proc").random_hex(8) .. ".lua"
   local f = io.open(path, "w") f:write(code) f:close()
-  return assert(proc.spawn{ argv = { BIN, path }, stream = true, timeout = 120,
+  return S.sbxlua({ path }, { stream = true, timeout = 120,
     env = { "PATH=/usr/bin:/bin", "HOME=" .. dir, "SBX_STATE_DIR=" .. dir .. "/state",
             "DOCKER_HOST=" .. (sock:match("^tcp://") and sock or ("unix://" .. sock)), "SBX_TEST_IMAGE=" .. IMAGE } })
 end
 
-local function wait_for(p, pattern)
-  local out, err = "", ""
-  while not out:find(pattern) do
-    local which, chunk = p:read()
-    assert(which, "the job ended before printing " .. pattern .. ": " .. out .. err)
-    if which == "stdout" then out = out .. chunk else err = err .. chunk end
-  end
-end
+local wait_for = S.expect_output
 
 -- No container of the state directory `state` is left (a gc running
 -- elsewhere at the same time may have taken it first: that is fine too).

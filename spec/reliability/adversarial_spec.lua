@@ -13,12 +13,7 @@ local BACKENDS = { { "local", {} } }
 if require("sbx.backends.bwrap").available() then BACKENDS[#BACKENDS + 1] = { "bwrap", {} } end
 if require("sbx.backends.docker").available() then BACKENDS[#BACKENDS + 1] = { "docker", { image = IMAGE } } end
 
-local function survivors(tag)
-  local f = io.popen("pgrep -f '[" .. tag:sub(1, 1) .. "]" .. tag:sub(2) .. "' | wc -l")
-  local n = tonumber(f:read("a"))
-  f:close()
-  return n
-end
+local survivors = require("spec.support").pgrep
 
 -- sbxlua's peak RSS so far, in kB
 local function hwm()

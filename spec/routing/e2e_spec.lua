@@ -7,29 +7,16 @@ local errors = require "sbx.errors"
 local docker = require "sbx.backends.docker"
 local router = require "sbx.router"
 local json = require "cjson"
+local S = require "spec.support"
 
-local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
-local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
-local DIR = (os.getenv("SBX_STATE_DIR") or "/tmp") .. "/e2e-" .. proc.getpid()
-os.execute("mkdir -p '" .. DIR .. "'")
-
-local function write(name, text)
-  local path = DIR .. "/" .. name
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-  return path
-end
+local IMAGE, BIN = S.IMAGE, S.BIN
+local H = S.home("e2e")
+local DIR, write = H.dir, H.write
 
 -- The host's backends these specs compare (others, like bwrap, may be present too).
 local HOST = { "local", "docker" }
 
-local ok, why = docker.available()
-if not ok then
-  assert(os.getenv("SBX_REQUIRE_DOCKER") ~= "1", "docker is required here but unavailable: " .. tostring(why))
-  describe("routing on real backends", function() pending("docker unavailable: " .. tostring(why)) end)
-  return
-end
+if not S.gate("docker", "routing on real backends") then return end
 
 -- Prices from a config: docker costs $0.50/h, local $0.01/h.
 local PRICED = write("priced.yaml", "providers:\n"

@@ -225,13 +225,9 @@ describe("hot reload", function()
 end)
 
 describe("sbxlua policy check", function()
-  local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
   local function run(args)
-    local argv = { BIN }
-    for _, a in ipairs(args) do argv[#argv + 1] = a end
-    local p = assert(proc.spawn{ argv = argv, env = { "PATH=/usr/bin:/bin", "HOME=" .. S.DIR,
-                                                       "SBX_STATE_DIR=" .. S.DIR }, timeout = 30 })
-    return p:wait()
+    return require("spec.support").sbxlua(args, { env = { "PATH=/usr/bin:/bin", "HOME=" .. S.DIR,
+                                                          "SBX_STATE_DIR=" .. S.DIR }, timeout = 30 })
   end
 
   it("accepts a good policy and rejects a bad one with file:line", function()

@@ -8,21 +8,14 @@ local selftest = require "sbx.selftest"
 local bwrap = require "sbx.backends.bwrap"
 local docker = require "sbx.backends.docker"
 local json = require "cjson"
+local S = require "spec.support"
 
-local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
-local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
-local STATE = (os.getenv("SBX_STATE_DIR") or "/tmp") .. "/selftest-" .. proc.getpid()
+local IMAGE = S.IMAGE
+local H = S.home("selftest", { timeout = 300 })
+local STATE = H.dir
 
-local function sbxlua(args, extra_env)
-  local argv = { BIN }
-  for _, a in ipairs(args) do argv[#argv + 1] = a end
-  local env = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" .. STATE, "SBX_STATE_DIR=" .. STATE }
-  for _, e in ipairs(extra_env or {}) do env[#env + 1] = e end
-  local p = assert(proc.spawn{ argv = argv, env = env, timeout = 300 })
-  local r = p:wait()
-  p:close()
-  return r
-end
+-- sbxlua(args [, extra env "K=V" list]) -> result
+local function sbxlua(args, extra_env) return H.run(args, { env = extra_env }) end
 
 local function by_probe(rows)
   local t = {}

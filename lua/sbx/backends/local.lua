@@ -206,7 +206,6 @@ function M.write_file(h, path, data, mode) call(h, "write_file", "write", path, 
 function M.list_files(h, path) return call(h, "list_files", "list", path) end
 function M.mkdir(h, path) call(h, "mkdir", "mkdir", path) end
 function M.remove(h, path, recursive) call(h, "remove", "remove", path, recursive) end
-function M.stat(h, path) return call(h, "stat", "stat", path) end
 
 M.home = function(h) return h.dir end
 -- The file API's "/" is the working directory (commands see host paths).

@@ -264,6 +264,13 @@ function Link:list(path)
   return out
 end
 
+function Link:stat(path)
+  local raw, errno, msg = self:_call(function(id) return wire.stat(id, path) end)
+  if not raw then return nil, errno, msg end
+  local kind, size, mtime, mode = raw:match("^(%Z*)%z(%Z*)%z(%Z*)%z(%Z*)%z$")
+  return { type = kind, size = tonumber(size), mtime = tonumber(mtime), mode = tonumber(mode or "", 8) }
+end
+
 function Link:remove(path, recursive)
   return self:_call(function(id) return wire.remove(id, path, recursive) end)
 end

@@ -84,6 +84,9 @@ function M.left()
   return budget - spent - reserved
 end
 
+---What this job has spent so far, and what its live sandboxes reserve.
+function M.spent() return spent, reserved end
+
 ---Would a create that projects `cost` fit? (false, message when not)
 function M.fits(cost)
   local left = M.left()

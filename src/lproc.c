@@ -385,7 +385,7 @@ static void job_done(sbx_spawn_job *j) {
 }
 
 static const char *spawn_what(lua_State *L, int stage, const char *cwd, const char *argv0) {
-  return stage == 1 ? lua_pushfstring(L, "cwd %s", cwd) : stage == 2 ? argv0
+  return stage == SBX_JOB_CGROUP_OPEN ? "cgroup" : stage == 1 ? lua_pushfstring(L, "cwd %s", cwd) : stage == 2 ? argv0
        : stage == 3 ? "setrlimit" : stage == 4 ? "fds" : stage == 5 ? "cgroup" : "clone3";
 }
 
@@ -423,10 +423,14 @@ static int use_spawner(lua_State *L) {
 
 /* Hand the prepared spawn to a spawner thread, which takes the child's
 ** ends of the fds; 0, or -1 when no thread can take it (nothing moved). */
-static int spawn_offload(lua_State *L, proc *p, sbx_spawn_req *r, int fds[4][2], int cgfd) {
+static int spawn_offload(lua_State *L, proc *p, sbx_spawn_req *r, int fds[4][2]) {
   sbx_spawn_job *j = sbx_job_new(r);
   if (!j) return -1;
-  int ends[] = {cgfd, fds[0][1], fds[1][1], fds[2][0]};
+  if (p->cgroup && !(j->open_cgroup = strdup(p->cgroup))) {
+    sbx_job_free(j);
+    return -1;
+  }
+  int ends[] = {-1, fds[0][1], fds[1][1], fds[2][0]};
   for (int i = 0; i < 4; i++)
     if (ends[i] >= 0) j->close[j->nclose++] = ends[i];
   for (int i = 0; i < r->nfds; i++) j->close[j->nclose++] = r->fds[i];
@@ -679,8 +683,10 @@ static int proc_spawn(lua_State *L) {
   if (open_pipe(fds[0], 0) < 0 || open_pipe(fds[1], 0) < 0 ||
       ((in || keep) && open_pipe(fds[2], 1) < 0))
     return spawn_failed(L, p, fds, errno, "pipe");
-  int cgfd = -1;
-  if (p->cgroup &&
+  /* the command's cgroup is opened where the spawn happens (a path walk
+  ** through cgroupfs: off the loop thread when a spawner takes it) */
+  int offload = use_spawner(L), cgfd = -1;
+  if (p->cgroup && !offload &&
       (cgfd = open(p->cgroup, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
     return spawn_failed(L, p, fds, errno, p->cgroup);
 
@@ -710,8 +716,15 @@ static int proc_spawn(lua_State *L) {
   p->streaming = streaming;
   p->timeout = timeout;
   p->start = sbx_now();
-  int offloaded = use_spawner(L) && spawn_offload(L, p, &r, fds, cgfd) == 0;
+  int offloaded = offload && spawn_offload(L, p, &r, fds) == 0;
   pid_t pid = 0;
+  if (offload && !offloaded && p->cgroup &&
+      (r.cgroup_fd = cgfd = open(p->cgroup, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+    e = errno;
+    for (int i = 0; i < nx; i++) close(xfd[i]);
+    for (int i = 0; i < r.njoin; i++) close(jfd[i]);
+    return spawn_failed(L, p, fds, e, p->cgroup);
+  }
   if (!offloaded) {
     pid = sbx_spawn(&r, &p->pidfd);
     e = errno;

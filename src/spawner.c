@@ -10,6 +10,7 @@
 ** that nothing is left to wait for.
 */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -111,6 +112,7 @@ void sbx_job_free(sbx_spawn_job *j) {
   if (!j) return;
   free(j->strings);
   free(j->cgroup);
+  free(j->open_cgroup);
   free(j);
 }
 
@@ -128,8 +130,16 @@ static void *spawner_main(void *arg) {
     pool_jobs++;
     pthread_mutex_unlock(&pool_mu);
 
-    j->pid = sbx_spawn(&j->r, &j->pidfd);
-    j->err = j->pid < 0 ? errno : 0;
+    if (j->open_cgroup &&
+        (j->r.cgroup_fd = open(j->open_cgroup, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+      j->pid = -1;
+      j->err = errno;
+      j->r.stage = SBX_JOB_CGROUP_OPEN;
+    } else {
+      j->pid = sbx_spawn(&j->r, &j->pidfd);
+      j->err = j->pid < 0 ? errno : 0;
+      if (j->open_cgroup) close(j->r.cgroup_fd);
+    }
     for (int i = 0; i < j->nclose; i++) close(j->close[i]);
     j->nclose = 0;
 

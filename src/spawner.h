@@ -13,6 +13,7 @@
 #include "lua.h"
 #include "spawn.h"
 
+#define SBX_JOB_CGROUP_OPEN 6
 #define SBX_JOB_MAXCLOSE (4 + 2 * SBX_SPAWN_MAXFDS)
 
 typedef struct sbx_spawn_job sbx_spawn_job;
@@ -27,6 +28,9 @@ struct sbx_spawn_job {
   void (*done)(sbx_spawn_job *j);
   void *owner;
   char *cgroup;                    /* an abandoned job's command cgroup */
+  /* A cgroup directory the spawner opens for r.cgroup_fd (and closes);
+  ** when it cannot, the job fails with r.stage = SBX_JOB_CGROUP_OPEN. */
+  char *open_cgroup;
   sbx_spawn_job *next;
   struct sbx_spawnq *q;
   int fdv[SBX_SPAWN_MAXFDS], joinv[4];

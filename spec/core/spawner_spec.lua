@@ -103,7 +103,13 @@ describe("spawner threads", function()
     end
     settle()
     collectgarbage() collectgarbage()
-    assert.equal(before, fd_count())
+    local after = fd_count()
+    for _ = 1, 20 do           -- a leak stays; a pipe closing under load does not
+      if after == before then break end
+      loop.sleep(0.05)
+      after = fd_count()
+    end
+    assert.equal(before, after, popen("ls -l /proc/" .. proc.getpid() .. "/fd"))
   end)
 
   it("report a missing program, a bad cwd and an unjoinable group as runtime failures", function()
@@ -130,6 +136,26 @@ describe("spawner threads", function()
     assert.is_true(os.remove(dir))
   end)
 
+  it("start children inside their command cgroup (opened on the thread), and fail on one that cannot be", function()
+    local base = cgroup.base()
+    if not base then pending("no writable cgroup v2 here") return end
+    local dir = base .. "/spawner-spec-" .. proc.getpid()
+    assert(cgroup.create(dir))
+    local rel = dir:gsub("^/sys/fs/cgroup/unified", ""):gsub("^/sys/fs/cgroup", "")
+    local rs = in_tasks(10, function()
+      return assert(proc.spawn{ argv = { "grep", "^0::", "/proc/self/cgroup" }, env = { PATH }, cgroup = dir }):wait()
+    end)
+    for _, r in ipairs(rs) do
+      assert.equal(0, r.exit_code, r.stderr)
+      assert.matches("^0::" .. rel:gsub("%p", "%%%0") .. "/c%d+%.%d+\n$", r.stdout)
+    end
+    settle()
+    assert(cgroup.remove(dir))
+    local ok = in_tasks(1, function() return { proc.spawn{ argv = { "true" }, env = { PATH }, cgroup = dir } } end)[1]
+    assert.is_nil(ok[1])
+    assert.is_string(ok[2])
+  end)
+
   it("kill the child of a task cancelled while its spawn is out", function()
     local token = "4242." .. proc.random_hex(6):gsub("%a", "1")
     collectgarbage() collectgarbage()
@@ -146,7 +172,7 @@ describe("spawner threads", function()
     settle()
     assert.is_false(alive(token))
     collectgarbage() collectgarbage()
-    assert.equal(fds, fd_count())
+    assert.is_true(fd_count() <= fds, "an fd leaked")   -- fewer: an earlier test's closed late
   end)
 
   it("leave no process behind when sbxlua is killed with spawns out", function()

@@ -14,6 +14,13 @@
  *       POST exec/{id}/start {"Detach":false} read to the end, GET exec/{id}/json)
  *   engine_floor rw N IMAGE       one container; N x (PUT archive of a 1 KiB
  *       tmp/f.txt at path=/, GET archive?path=/tmp/f.txt)
+ *   engine_floor par N IMAGE [CMDS]   the engine's parallel floor: N workers
+ *       (one process and connection each) create+start a container each at
+ *       once; when all are up, each runs CMDS (default 0) engine execs of
+ *       `true`; then all DELETE ?force at once. Prints
+ *       "create_ms X exec_ms X destroy_ms X wall_ms X n N" (each phase: from
+ *       its go to the last worker's end; wall_ms = create + destroy, the
+ *       part of a job's lifecycle no client can avoid; exec_ms apart).
  *
  * Output (stdout): one "s <ms>" line per timed sample, then
  * "p50 X p90 X mean X min X n N". Per-call p50s go to stderr.
@@ -28,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static CURL *h;
@@ -199,9 +207,61 @@ static char *ustar(const char *name, const char *data, size_t n, size_t *outlen)
   return t;
 }
 
+static void exec_true(const char *id) {
+  const char *xbody = "{\"AttachStdout\":true,\"AttachStderr\":true,\"Tty\":false,\"Cmd\":[\"true\"]}";
+  const char *sbody = "{\"Detach\":false,\"Tty\":false}";
+  char path[256], eid[80];
+  snprintf(path, sizeof path, "/containers/%s/exec", id);
+  want(req("POST", path, "application/json", xbody, strlen(xbody)), 201, 201, "exec create");
+  json_id(eid, sizeof eid);
+  snprintf(path, sizeof path, "/exec/%s/start", eid);
+  want(req("POST", path, "application/json", sbody, strlen(sbody)), 200, 101, "exec start");
+  snprintf(path, sizeof path, "/exec/%s/json", eid);
+  want(req("GET", path, NULL, NULL, 0), 200, 200, "exec inspect");
+}
+
+/* par: each worker reads one byte from `go` before each phase and writes
+** one to `back` after it; the parent times the phases. */
+static int par(int n, const char *image, int cmds) {
+  int go[2], back[2];
+  if (pipe(go) < 0 || pipe(back) < 0) { perror("pipe"); return 1; }
+  char *body = plain_body(image, "[\"sleep\",\"infinity\"]");
+  for (int w = 0; w < n; w++) {
+    pid_t pid = fork();
+    if (pid < 0) { perror("fork"); return 1; }
+    if (pid > 0) continue;
+    char id[80], b;
+    h = curl_easy_init();          /* a connection of its own */
+    seq = w;
+    for (int phase = 0; phase < 3; phase++) {
+      if (read(go[0], &b, 1) != 1) _exit(1);
+      if (phase == 0) create(body, strlen(body), NULL, 0, id, NULL);
+      else if (phase == 1) for (int i = 0; i < cmds; i++) exec_true(id);
+      else destroy(id);
+      if (write(back[1], "x", 1) != 1) _exit(1);
+    }
+    _exit(0);
+  }
+  double ms[3];
+  char b;
+  for (int phase = 0; phase < 3; phase++) {
+    double t0 = now_ms();
+    for (int w = 0; w < n; w++)
+      if (write(go[1], "g", 1) != 1) return 1;
+    for (int w = 0; w < n; w++)
+      if (read(back[0], &b, 1) != 1) { fprintf(stderr, "engine_floor: a worker failed\n"); return 1; }
+    ms[phase] = now_ms() - t0;
+  }
+  int st, bad = 0;
+  while (wait(&st) > 0) bad |= !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+  printf("create_ms %.2f exec_ms %.2f destroy_ms %.2f wall_ms %.2f n %d\n", ms[0], ms[1], ms[2],
+         ms[0] + ms[2], n);
+  return bad;
+}
+
 int main(int argc, char **argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: engine_floor create|exec|rw N IMAGE [BODY_JSON [TAR]]\n");
+    fprintf(stderr, "usage: engine_floor create|exec|rw|par N IMAGE [BODY_JSON [TAR] | CMDS]\n");
     return 2;
   }
   const char *mode = argv[1], *image = argv[3];
@@ -210,6 +270,7 @@ int main(int argc, char **argv) {
   api = getenv("API") ? getenv("API") : "v1.41";
   int warm = getenv("WARM") ? atoi(getenv("WARM")) : (!strcmp(mode, "create") ? 1 : 10);
   curl_global_init(CURL_GLOBAL_DEFAULT);
+  if (!strcmp(mode, "par")) return par(n, image, argc > 4 ? atoi(argv[4]) : 0);
   h = curl_easy_init();
   double *t = calloc(n + 1, sizeof(double)), *c1 = calloc(n + 1, sizeof(double)),
          *c2 = calloc(n + 1, sizeof(double)), *c3 = calloc(n + 1, sizeof(double));

@@ -8,7 +8,7 @@ MODE:
   exec_args    Sandbox("local").execute_command("true", ["--"])  (direct argv; the
                peer routes an empty args list through bash, so one no-op arg is passed)
   exec_code    Sandbox("local").execute_code("print(1)")
-  concurrent   N local sandboxes x 10 commands on N threads (informational)
+  concurrent   N local sandboxes x CMDS (default 10) commands on N threads
 
 Prints one line in the same shape as floor_spawn / the sbxlua jobs:
     p50 X p90 X mean X min X n N          (milliseconds)
@@ -51,15 +51,17 @@ def main():
     mode = sys.argv[1]
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 500
     if mode == "concurrent":
+        ncmd = int(sys.argv[3]) if len(sys.argv) > 3 else 10
+
         def one(_):
             with Sandbox("local") as sb:
-                return sum(sb.execute_command("true", ["--"]).exit_code == 0 for _ in range(10))
+                return sum(sb.execute_command("true", ["--"]).exit_code == 0 for _ in range(ncmd))
         t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=n) as ex:
             total = sum(ex.map(one, range(n)))
         wall = (time.perf_counter() - t0) * 1e3
         print("ok %s wall_ms %.2f vmhwm_kb %d cmds %d" % (
-            total == n * 10, wall, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, total))
+            total == n * ncmd, wall, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, total))
         return
     with Sandbox("local") as sb:
         if mode == "exec_sh":

@@ -106,6 +106,13 @@ int sbx_raise_cancelled(lua_State *L) {
   return raise_kind(L, "Cancelled", "the task was cancelled");
 }
 
+int sbx_loop_busy(lua_State *L) {
+  sbx_loop *lp = sbx_loop_get(L);
+  sbx_task *t = lp->current;
+  if (!t || t->co != L || !lua_isyieldable(L) || t->cancel == C_REQUESTED) return -1;
+  return lp->head != NULL;
+}
+
 void sbx_check_cancel(lua_State *L) {
   sbx_loop *lp = sbx_loop_get(L);
   sbx_task *t = lp->current;

@@ -56,6 +56,9 @@ void sbx_wake(sbx_loop *lp, sbx_waiter *w);
 /* Forget a waiter that will never be woken (its object is closing). */
 void sbx_unwait(sbx_loop *lp, sbx_waiter *w);
 int sbx_raise_cancelled(lua_State *L);
+/* -1: L is not a task that can yield here (sbx_await would run the loop
+** inside this call); else whether other tasks are ready to run now. */
+int sbx_loop_busy(lua_State *L);
 /* Raise if the current task was cancelled (call at a primitive's entry). */
 void sbx_check_cancel(lua_State *L);
 

@@ -28,6 +28,7 @@
 #include "loop.h"
 #include "proctree.h"
 #include "spawn.h"
+#include "spawner.h"
 
 #define PROC_MT "sbx.Proc"
 #define CHUNK 65536
@@ -68,6 +69,12 @@ typedef struct proc {
   size_t qbytes;
   sbx_waiter *waiters;             /* woken on every change of state */
   int selfref;                     /* anchored while the child runs */
+  /* A spawn out with a spawner thread, and what starts the child's watches
+  ** once it is back. */
+  sbx_spawn_job *job;
+  sbx_waiter *spawnw;
+  int spawn_err, spawn_stage, pump;
+  double timeout;
 } proc;
 
 
@@ -293,6 +300,12 @@ static void timeout_cb(sbx_timer *t) {
 static void proc_release(proc *p) {
   if (p->closed) return;
   p->closed = 1;
+  if (p->job) {                    /* its child is killed when it is back */
+    p->job->owner = NULL;
+    p->job->cgroup = p->cgroup;
+    p->cgroup = NULL;
+    p->job = NULL;
+  }
   if (p->pid > 0 && !p->exited) {
     kill_tree(p, SIGKILL);
     reap(p, 1);
@@ -325,6 +338,119 @@ static void proc_release(proc *p) {
 
 
 /* ----------------------------------------------------------------- spawn */
+
+/* The child runs (p->pid, p->pidfd): watch its pipes and its exit. */
+static void proc_started(proc *p) {
+  p->out.w.cb = p->err.w.cb = stream_cb;
+  sbx_watch_set(p->lp, &p->out.w, p->out.fd, EPOLLIN);
+  sbx_watch_set(p->lp, &p->err.w, p->err.fd, EPOLLIN);
+  p->pw.cb = exit_cb;
+  sbx_watch_set(p->lp, &p->pw, p->pidfd, EPOLLIN);
+  p->iw.cb = stdin_cb;
+  if (p->timeout > 0) {
+    p->tm.cb = timeout_cb;
+    sbx_timer_start(p->lp, &p->tm, p->timeout);
+  }
+  if (p->pump) stdin_pump(p);
+}
+
+/* A job back from a spawner thread, on the loop thread. Its owner gone
+** (closed, or the spawn's task cancelled) or the loop closing: the child
+** is killed and reaped here, as proc_release would have done. */
+static void job_done(sbx_spawn_job *j) {
+  proc *p = j->owner;
+  if (p && j->q) {
+    p->job = NULL;
+    if (j->pid < 0) {
+      p->spawn_err = j->err;
+      p->spawn_stage = j->r.stage;
+    } else {
+      p->pid = j->pid;
+      p->pidfd = j->pidfd;
+      proc_started(p);
+    }
+    /* a task cancelled meanwhile is no longer waiting: its continuation
+    ** sees the wait undone and releases the started child */
+    if (p->spawnw && p->spawnw->task) sbx_wake(p->lp, p->spawnw);
+    p->spawnw = NULL;
+    sbx_job_free(j);
+    return;
+  }
+  if (p) {
+    p->job = NULL;
+    p->spawn_err = ECANCELED;
+  }
+  if (j->pid > 0) {
+    siginfo_t si;
+    if (!j->cgroup || sbx_cgroup_kill(j->cgroup) != 0) sbx_kill_tree(j->pid, SIGKILL);
+    waitid(P_PIDFD, j->pidfd, &si, WEXITED);
+    close(j->pidfd);
+    if (j->cgroup) sbx_cgroup_remove(j->cgroup, 1);
+  }
+  sbx_job_free(j);
+}
+
+static const char *spawn_what(lua_State *L, int stage, const char *cwd, const char *argv0) {
+  return stage == SBX_JOB_CGROUP_OPEN ? "cgroup" : stage == 1 ? lua_pushfstring(L, "cwd %s", cwd) : stage == 2 ? argv0
+       : stage == 3 ? "setrlimit" : stage == 4 ? "fds" : stage == 5 ? "cgroup" : "clone3";
+}
+
+/* stack: options, argv, env, cwd, stdin, proc, waiter */
+static int spawn_k(lua_State *L, int status, lua_KContext ctx) {
+  proc *p = (proc *)ctx;
+  sbx_waiter *w = lua_touserdata(L, 7);
+  (void)status;
+  if (!w->done) {                  /* cancelled while the job was out */
+    p->spawnw = NULL;
+    sbx_unwait(p->lp, w);
+    proc_release(p);
+    return sbx_raise_cancelled(L);
+  }
+  if (p->pid <= 0) {
+    int e = p->spawn_err, stage = p->spawn_stage;
+    proc_release(p);
+    return sbx_fail_errno(L, "spawn", spawn_what(L, stage, lua_tostring(L, 4),
+                                                 ((char **)lua_touserdata(L, 2))[0]), e);
+  }
+  lua_settop(L, 6);
+  return 1;
+}
+
+/* Whether this spawn goes to a spawner thread (see spawner.h). */
+static int use_spawner(lua_State *L) {
+  int busy = sbx_loop_busy(L);
+  if (busy < 0) return 0;
+  switch (sbx_spawner_mode(L, -1)) {
+    case SBX_SPAWNER_INLINE: return 0;
+    case SBX_SPAWNER_THREAD: return 1;
+    default: return busy || sbx_spawner_inflight(L) > 0;
+  }
+}
+
+/* Hand the prepared spawn to a spawner thread, which takes the child's
+** ends of the fds; 0, or -1 when no thread can take it (nothing moved). */
+static int spawn_offload(lua_State *L, proc *p, sbx_spawn_req *r, int fds[4][2]) {
+  sbx_spawn_job *j = sbx_job_new(r);
+  if (!j) return -1;
+  if (p->cgroup && !(j->open_cgroup = strdup(p->cgroup))) {
+    sbx_job_free(j);
+    return -1;
+  }
+  int ends[] = {-1, fds[0][1], fds[1][1], fds[2][0]};
+  for (int i = 0; i < 4; i++)
+    if (ends[i] >= 0) j->close[j->nclose++] = ends[i];
+  for (int i = 0; i < r->nfds; i++) j->close[j->nclose++] = r->fds[i];
+  for (int i = 0; i < r->njoin; i++) j->close[j->nclose++] = r->join_fds[i];
+  j->owner = p;
+  j->done = job_done;
+  if (sbx_spawner_submit(L, j) < 0) {
+    sbx_job_free(j);
+    return -1;
+  }
+  p->job = j;
+  fds[0][1] = fds[1][1] = fds[2][0] = -1;
+  return 0;
+}
 
 
 /* proc.which(name, [PATH]) -> path | nil */
@@ -563,8 +689,10 @@ static int proc_spawn(lua_State *L) {
   if (open_pipe(fds[0], 0) < 0 || open_pipe(fds[1], 0) < 0 ||
       ((in || keep) && open_pipe(fds[2], 1) < 0))
     return spawn_failed(L, p, fds, errno, "pipe");
-  int cgfd = -1;
-  if (p->cgroup &&
+  /* the command's cgroup is opened where the spawn happens (a path walk
+  ** through cgroupfs: off the loop thread when a spawner takes it) */
+  int offload = use_spawner(L), cgfd = -1;
+  if (p->cgroup && !offload &&
       (cgfd = open(p->cgroup, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
     return spawn_failed(L, p, fds, errno, p->cgroup);
 
@@ -590,38 +718,36 @@ static int proc_spawn(lua_State *L) {
   }
   r.join_fds = jfd;
   r.njoin = njoin;
+  p->out.max = p->err.max = (size_t)max;
+  p->streaming = streaming;
+  p->timeout = timeout;
   p->start = sbx_now();
-  pid_t pid = sbx_spawn(&r, &p->pidfd);
-  e = errno;
-  if (cgfd >= 0) close(cgfd);
-  for (int i = 0; i < nx; i++) close(xfd[i]);
-  for (int i = 0; i < r.njoin; i++) close(jfd[i]);
-  if (pid < 0)
-    return spawn_failed(L, p, fds, e, r.stage == 1 ? lua_pushfstring(L, "cwd %s", cwd)
-                                      : r.stage == 2 ? argv[0]
-                                      : r.stage == 3 ? "setrlimit"
-                                      : r.stage == 4 ? "fds" : r.stage == 5 ? "cgroup" : "clone3");
-  p->pid = pid;
-  close(fds[0][1]); fds[0][1] = -1;
-  close(fds[1][1]); fds[1][1] = -1;
-  if (fds[2][0] >= 0) { close(fds[2][0]); fds[2][0] = -1; }
+  int offloaded = offload && spawn_offload(L, p, &r, fds) == 0;
+  pid_t pid = 0;
+  if (offload && !offloaded && p->cgroup &&
+      (r.cgroup_fd = cgfd = open(p->cgroup, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+    e = errno;
+    for (int i = 0; i < nx; i++) close(xfd[i]);
+    for (int i = 0; i < r.njoin; i++) close(jfd[i]);
+    return spawn_failed(L, p, fds, e, p->cgroup);
+  }
+  if (!offloaded) {
+    pid = sbx_spawn(&r, &p->pidfd);
+    e = errno;
+    if (cgfd >= 0) close(cgfd);
+    for (int i = 0; i < nx; i++) close(xfd[i]);
+    for (int i = 0; i < r.njoin; i++) close(jfd[i]);
+    if (pid < 0) return spawn_failed(L, p, fds, e, spawn_what(L, r.stage, cwd, argv[0]));
+    p->pid = pid;
+    close(fds[0][1]); fds[0][1] = -1;
+    close(fds[1][1]); fds[1][1] = -1;
+    if (fds[2][0] >= 0) { close(fds[2][0]); fds[2][0] = -1; }
+  }
 
   p->out.fd = fds[0][0];
   p->err.fd = fds[1][0];
   p->infd = fds[2][1];
   fds[0][0] = fds[1][0] = fds[2][1] = -1;
-  p->out.max = p->err.max = (size_t)max;
-  p->streaming = streaming;
-  p->out.w.cb = p->err.w.cb = stream_cb;
-  sbx_watch_set(p->lp, &p->out.w, p->out.fd, EPOLLIN);
-  sbx_watch_set(p->lp, &p->err.w, p->err.fd, EPOLLIN);
-  p->pw.cb = exit_cb;
-  sbx_watch_set(p->lp, &p->pw, p->pidfd, EPOLLIN);
-  p->iw.cb = stdin_cb;
-  if (timeout > 0) {
-    p->tm.cb = timeout_cb;
-    sbx_timer_start(p->lp, &p->tm, timeout);
-  }
   lua_pushvalue(L, 6);
   p->selfref = luaL_ref(L, LUA_REGISTRYINDEX);
   if (in) {
@@ -630,10 +756,17 @@ static int proc_spawn(lua_State *L) {
       memcpy(p->in, in, inlen);
       p->inlen = inlen;
     }
-    stdin_pump(p);
+    p->pump = 1;
   }
   lua_settop(L, 6);
-  return 1;
+  if (!offloaded) {
+    proc_started(p);
+    return 1;
+  }
+  sbx_waiter *w = lua_newuserdatauv(L, sizeof *w, 0);   /* 7 */
+  memset(w, 0, sizeof *w);
+  p->spawnw = w;
+  return sbx_await(L, w, (lua_KContext)p, spawn_k);
 }
 
 
@@ -880,6 +1013,27 @@ static int proc_random_hex(lua_State *L) {
   return 1;
 }
 
+/* proc.spawner([mode]) -> {mode=, threads=, jobs=, inflight=}: where this
+** loop spawns ("auto", "inline", "thread"; see spawner.h) and the pool's
+** threads and the jobs they have taken so far. */
+static int proc_spawner(lua_State *L) {
+  static const char *const modes[] = {"auto", "inline", "thread", NULL};
+  int set = lua_isnoneornil(L, 1) ? -1 : luaL_checkoption(L, 1, NULL, modes);
+  int mode = sbx_spawner_mode(L, set), threads;
+  long jobs;
+  sbx_spawner_stats(&threads, &jobs);
+  lua_createtable(L, 0, 4);
+  lua_pushstring(L, modes[mode]);
+  lua_setfield(L, -2, "mode");
+  lua_pushinteger(L, threads);
+  lua_setfield(L, -2, "threads");
+  lua_pushinteger(L, jobs);
+  lua_setfield(L, -2, "jobs");
+  lua_pushinteger(L, sbx_spawner_inflight(L));
+  lua_setfield(L, -2, "inflight");
+  return 1;
+}
+
 /* proc.getpid() -> sbxlua's own pid */
 static int proc_getpid(lua_State *L) {
   lua_pushinteger(L, getpid());
@@ -890,6 +1044,7 @@ static const luaL_Reg proc_funcs[] = {
   {"getpid", proc_getpid},
   {"random_hex", proc_random_hex},
   {"spawn", proc_spawn},
+  {"spawner", proc_spawner},
   {"which", proc_which},
   {NULL, NULL}
 };

@@ -29,8 +29,8 @@
 /* AddressSanitizer cannot follow a child running on a borrowed stack in the
 ** parent's memory (its shadow bytes would go stale): sanitizer builds take
 ** the fork-style path, the normal build tests the trampoline. */
-#if defined(__SANITIZE_ADDRESS__)
-/* fork-style clones */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+/* fork-style clones (ThreadSanitizer cannot follow it either) */
 #elif defined(__x86_64__)
 #define SBX_CLONE_TRAMPOLINE 1
 /* long sbx_clone_raw(long nr, long a1, long a2, long a3, int (*fn)(void *),

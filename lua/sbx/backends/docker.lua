@@ -101,8 +101,33 @@ local function raw(ep, method, path, o)
   }
 end
 
+-- One call per key at a time, shared: tasks asking while it runs wait for
+-- its answer (32 creates issued at once make one engine ping, one image
+-- check and one agent-volume check, not 32 of each); later asks make their
+-- own. A leader cancelled meanwhile leaves its followers to ask again.
+local flights = {}
+local function shared(key, fn, ...)
+  while flights[key] do
+    local f = flights[key]
+    f.ev:wait()
+    if f.done then
+      if f.ok then return table.unpack(f.res, 1, f.res.n) end
+      error(f.res[1], 0)
+    end
+  end
+  local f = { ev = loop.event() }
+  flights[key] = f
+  local res = table.pack(pcall(fn, ...))
+  flights[key] = nil
+  f.done = not (not res[1] and errors.is(res[2], "Cancelled"))
+  f.ok, f.res = res[1], table.pack(table.unpack(res, 2, res.n))
+  f.ev:notify()
+  if not f.ok then error(f.res[1], 0) end
+  return table.unpack(f.res, 1, f.res.n)
+end
+
 ---Connect (once): find the engine and agree on an API version.
-local function connect()
+local function connect_now()
   if conn then return conn end
   local ep, err = endpoint()
   if not ep then fail("BackendNotInstalledError", err) end
@@ -116,6 +141,7 @@ local function connect()
   conn = ep
   return conn
 end
+local function connect() return conn or shared("connect", connect_now) end
 
 local IDEMPOTENT = { GET = true, HEAD = true, DELETE = true, PUT = true }
 
@@ -448,17 +474,17 @@ local open_into     -- below, with the agent link
 function M.create(spec)
   connect()
   local image = spec.snapshot_id or spec.image or M.default_image()
-  local res0 = call("GET", "/images/" .. q(image) .. "/json", { op = "create", timeout = 30 })
+  local res0 = shared("image " .. image, call, "GET", "/images/" .. q(image) .. "/json", { op = "create", timeout = 30 })
   if res0.status == 404 and spec.snapshot_id then
     fail("SandboxCreationError", "snapshot '" .. spec.snapshot_id .. "' does not exist on this engine", { op = "create" })
   elseif res0.status == 404 then
-    local ok, why = pull(image)
+    local ok, why = shared("pull " .. image, pull, image)
     if not ok then
       fail("SandboxCreationError", "image '" .. image .. "' is not available locally and pulling it failed: "
            .. tostring(why), { op = "create" })
     end
   end
-  spec.agent_volume, spec.agent_path = ensure_agent_volume(image)
+  spec.agent_volume, spec.agent_path = shared("agent volume", ensure_agent_volume, image)
   local body = create_body(spec)
   local name = "sbxlua-" .. spec.id
   local cid

@@ -104,12 +104,15 @@ describe("spawner threads", function()
     settle()
     collectgarbage() collectgarbage()
     local after = fd_count()
-    for _ = 1, 20 do           -- a leak stays; a pipe closing under load does not
-      if after == before then break end
+    -- a leak stays; a pipe closing under load does not (and one of an
+    -- earlier test, still open at `before`, may have closed since)
+    for _ = 1, 20 do
+      if after <= before then break end
       loop.sleep(0.05)
       after = fd_count()
     end
-    assert.equal(before, after, popen("ls -l /proc/" .. proc.getpid() .. "/fd"))
+    assert.is_true(after <= before, before .. " fds before, " .. after .. " after:\n"
+                   .. popen("ls -l /proc/" .. proc.getpid() .. "/fd"))
   end)
 
   it("report a missing program, a bad cwd and an unjoinable group as runtime failures", function()
@@ -171,8 +174,16 @@ describe("spawner threads", function()
     assert.equal("Cancelled", err.kind)
     settle()
     assert.is_false(alive(token))
-    collectgarbage() collectgarbage()
-    assert.is_true(fd_count() <= fds, "an fd leaked")   -- fewer: an earlier test's closed late
+    -- the job may still be out on a loaded machine (its thread has the
+    -- child's pipe ends until its clone is done): a leak stays, that goes
+    local now
+    for _ = 1, 40 do
+      collectgarbage() collectgarbage()
+      now = fd_count()
+      if now <= fds then break end
+      loop.sleep(0.05)
+    end
+    assert.is_true(now <= fds, "an fd leaked")   -- fewer: an earlier test's closed late
   end)
 
   it("leave no process behind when sbxlua is killed with spawns out", function()

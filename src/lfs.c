@@ -809,13 +809,17 @@ static int fs_is_locked(lua_State *L) {
   return 1;
 }
 
-/* journal:append(line) -> true | nil, msg, code (written, then fdatasync) */
+/* journal:append(line, [durable]) -> true | nil, msg, code: written, and
+** with durable (default true) fdatasync'ed before returning. A line another
+** process must see after a SIGKILL needs only the write (the page cache
+** outlives the process); durable is for what must survive the machine. */
 static int journal_append(lua_State *L) {
   size_t len;
   int *fd = check_fdobj(L, "sbx.Journal", 1);
   const char *s = luaL_checklstring(L, 2, &len);
+  int durable = lua_isnoneornil(L, 3) || lua_toboolean(L, 3);
   int err = write_all(*fd, s, len);
-  while (!err && fdatasync(*fd) < 0)
+  while (!err && durable && fdatasync(*fd) < 0)
     if (errno != EINTR) err = errno;
   return err ? fs_fail(L, "journal", "append", err) : fs_ok(L);
 }

@@ -110,7 +110,7 @@ local function append(line)
     if not j then return nil, err end
     ledger = { path = path, journal = j }
   end
-  return ledger.journal:append(line)
+  return ledger.journal:append(line, false)   -- written, not fsynced: lost only with the machine
 end
 
 ---The job name recorded with each sandbox: $SBX_JOB, else the script.

@@ -131,10 +131,15 @@ function M.session_alive(id, lock)
   return fs.is_locked(lock) and owner_running(M.session_event(lock:gsub("%.lock$", ".jsonl")))
 end
 
----Append one fsynced line to the journal.
-function M.record(entry)
+---Append one line to the journal: written at once, so gc sees it after a
+---SIGKILL; fsynced too only when `durable` (the line before a create, G1:
+---a machine that dies must still know what may exist). A "ready",
+---"destroy" or snapshot line lost with the machine costs nothing: gc finds
+---the resource from its create line and the backend's own listing.
+---@param durable? boolean
+function M.record(entry, durable)
   entry.session = entry.session or session.id
-  return session.journal:append(json.encode(entry) .. "\n")
+  return session.journal:append(json.encode(entry) .. "\n", durable == true)
 end
 
 -- Creates in flight (id -> the task making it; create_on clears it) and
@@ -164,7 +169,7 @@ function M.before_create(entry)
                  { backend = entry.backend, op = "create" })
   end
   local s, err = M.session()
-  local ok = s and M.record(entry)
+  local ok = s and M.record(entry, true)
   if not ok then
     errors.raise("SandboxCreationError",
       "cannot record the sandbox in the state directory " .. M.state_dir()

@@ -60,12 +60,24 @@ M.RLIMITS = { as_mb = { "as", 1048576, 16 }, cpu_secs = { "cpu", 1, 1 },
               fsize_mb = { "fsize", 1048576, 1 }, nofile = { "nofile", 1, 16 } }
 -- Paths of the sandbox the file API does not reach.
 local SPECIAL = { "/proc", "/dev" }
+-- Kernel knobs of /proc (Docker's default masked and read-only paths):
+-- "ro" bound read-only (/proc/sys is global: kernel.core_pattern there runs
+-- a program as host root), "mask" hidden (/dev/null or an empty read-only
+-- tmpfs in their place). Only those the host's /proc has.
+M.PROC = { sys = "ro", fs = "ro", bus = "ro", irq = "ro", ["sysrq-trigger"] = "mask",
+           kcore = "mask", keys = "mask", latency_stats = "mask", timer_list = "mask",
+           timer_stats = "mask", sched_debug = "mask", acpi = "mask", asound = "mask", scsi = "mask" }
+-- User-mode networking for allow_internet: slirp4netns in the sandbox's
+-- own network namespace, with the host's loopback out of reach.
+M.SLIRP_ARGS = { "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
+                 "--enable-seccomp" }
+M.SLIRP_DNS = "10.0.2.3"
 
 M.descriptor = {
   name = "bwrap",
   description = "bubblewrap namespaces (user, pid, ipc, uts, cgroup, net) over a private root directory",
   isolation = "namespace",
-  capabilities = { "exec", "files", "streaming", "background", "resume", "network" },
+  capabilities = { "exec", "files", "streaming", "background", "resume", "network" },  -- network: below
   options = { workdir = true, allow_internet = true, backend_options = true },
   price = { per_hour = 0, per_vcpu_hour = 0, per_gib_hour = 0 },
   regions = {},
@@ -79,6 +91,13 @@ do   -- claim the options this machine's cgroup controllers can enforce
     if ok and ctl[c] then M.descriptor.options[opt], M.descriptor.limits[opt] = true, true end
   end
   M.descriptor.limits.pids = ok and ctl.pids ~= nil or false
+end
+-- Internet only through slirp4netns: without it no "network" capability,
+-- and a create asking for allow_internet = true raises.
+M.slirp = proc.which("slirp4netns", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+if not M.slirp then
+  local caps = M.descriptor.capabilities
+  for i = #caps, 1, -1 do if caps[i] == "network" then table.remove(caps, i) end end
 end
 
 local function fail(kind, msg, op, code)
@@ -121,7 +140,12 @@ local layout_cache
 ---(tmpfs tops and the parents of the binds inside them).
 function M.layout()
   if layout_cache then return layout_cache end
-  local L = { binds = {}, hidden = {}, links = {}, tmpfs = {}, virtual = {} }
+  local L = { binds = {}, hidden = {}, links = {}, tmpfs = {}, virtual = {}, proc = {} }
+  for name, how in pairs(M.PROC) do
+    local st = native.lookup("/proc", name)
+    if st then L.proc[#L.proc + 1] = { name = "/proc/" .. name, how = how, dir = st.type == "dir" } end
+  end
+  table.sort(L.proc, function(a, b) return a.name < b.name end)
   for _, name in ipairs(M.SYSTEM) do
     local st = native.lookup("/", name)
     if st and st.type == "link" then
@@ -199,7 +223,7 @@ local function base_args(h, o)
   local a = { "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
               "--unshare-cgroup-try" }
   local function add(...) for _, x in ipairs{ ... } do a[#a + 1] = x end end
-  if not h.net then add("--unshare-net") end
+  add("--unshare-net")             -- always: internet goes through slirp4netns
   if not (o and o.no_disable_userns) and not M.no_disable_userns then add("--disable-userns") end
   add("--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", M.HOSTNAME)
   if h.root then add("--bind", h.dir, "/") end
@@ -223,8 +247,21 @@ local function base_args(h, o)
       if b.inner == t then add("--ro-bind", b.src, b.dest) end
     end
   end
-  add("--proc", "/proc", "--dev", "/dev", "--seccomp", "3", "--clearenv")
+  add("--proc", "/proc")
+  for _, m in ipairs(L.proc) do
+    if m.how == "ro" then add("--ro-bind", m.name, m.name)
+    elseif m.dir then add("--perms", "0555", "--tmpfs", m.name, "--remount-ro", m.name)
+    else add("--ro-bind", "/dev/null", m.name) end
+  end
+  if h.net and h.resolv then add("--ro-bind-data", "5", h.resolv) end
+  add("--dev", "/dev", "--seccomp", "3", "--clearenv")
   for _, x in ipairs(o and o.extra or {}) do add(x) end
+  -- a command's environment (a bwrap per command) goes with the options
+  -- through --args, never on bwrap's command line (/proc/<pid>/cmdline)
+  for _, kv in ipairs(o and o.env or {}) do
+    local k, v = kv:match("^([^=]*)=(.*)$")
+    add("--setenv", k, v)
+  end
   return a
 end
 
@@ -234,15 +271,108 @@ end
 local function command_line(h, o)
   local opts = base_args(h, o)
   local blob = table.concat(opts, "\0") .. "\0"
-  if #blob <= 65536 then return { M.bwrap, "--args", "4" }, { SECCOMP, blob } end
+  local fds = { SECCOMP, blob, h.net and h.resolv and M.resolv_data() or nil }
+  if #blob <= 65536 then return { M.bwrap, "--args", "4" }, fds end
   table.insert(opts, 1, M.bwrap)
-  return opts, { SECCOMP }
+  fds[2] = ""
+  return opts, fds
 end
 
+-- ------------------------------------------------------------ the network
+
+-- Where a sandbox's resolv.conf must name slirp4netns's DNS forwarder: the
+-- host's names a loopback resolver (systemd-resolved's 127.0.0.53), which
+-- the sandbox's own network namespace does not reach. nil: keep the host's.
+function M.resolv_target()
+  local data = fs.read_host("/etc/resolv.conf", 65536) or ""
+  local loopback = false
+  for ns in data:gmatch("nameserver%s+(%S+)") do
+    if ns:match("^127%.") or ns == "::1" then loopback = true end
+  end
+  if not loopback then return nil end
+  local real = native.realpath("/etc/resolv.conf")
+  if real and real ~= "/etc/resolv.conf" then
+    for _, b in ipairs(M.layout().binds) do if b.dest == real then return real end end
+  end
+  return "/etc/resolv.conf"
+end
+
+function M.resolv_data()
+  local out = { "nameserver " .. M.SLIRP_DNS }
+  for line in (fs.read_host("/etc/resolv.conf", 65536) or ""):gmatch("[^\n]+") do
+    if line:match("^%s*search%s") or line:match("^%s*options%s") then out[#out + 1] = line end
+  end
+  return table.concat(out, "\n") .. "\n"
+end
+
+-- Before the sandbox's program: wait until slirp4netns has configured tap0
+-- (its default route), at most about 10 s, then exec the program.
+M.NET_WAIT = { "/bin/sh", "-c", 'i=0; until grep -qs "^tap0[[:space:]]*00000000" /proc/net/route; do'
+  .. ' i=$((i+1)); if [ $i -gt 2000 ]; then echo "sbxlua: the network did not come up" >&2; break; fi;'
+  .. ' sleep 0.005; done; exec "$@"', "sbx-net" }
+
+local function with_net_wait(h, argv)
+  if not h.net then return argv end
+  local a = table.move(M.NET_WAIT, 1, #M.NET_WAIT, 1, {})
+  return table.move(argv, 1, #argv, #a + 1, a)
+end
+
+-- slirp4netns processes whose namespace is gone (a finished command's in
+-- a bwrap per command), and all of them with `all`.
+local function reap_net(h, all)
+  local keep = {}
+  for _, n in ipairs(h.slirps or {}) do
+    if all or not fs.read_host("/proc/" .. n.pid .. "/stat", 4096) then
+      pcall(n.p.kill, n.p)
+      pcall(n.p.close, n.p)
+    else keep[#keep + 1] = n end
+  end
+  h.slirps = keep
+end
+
+-- Give the namespace of bwrap `pid` (the sandbox's pid 1 is its child) the
+-- internet through slirp4netns, in the sandbox's cgroup (destroy and gc
+-- kill it with the rest). The host's 127.0.0.1 stays out of reach.
+local function attach_net(h, pid)
+  local child
+  for _ = 1, 5000 do
+    local s = fs.read_host("/proc/" .. pid .. "/task/" .. pid .. "/children", 4096)
+    if not s then break end
+    child = tonumber(s:match("%d+"))
+    -- bwrap's child in the new namespaces (not yet a fork of sbx.proc's)
+    local own = native.lookup("/proc/self/ns", "net")
+    local its = child and native.lookup("/proc/" .. child .. "/ns", "net")
+    if its and own and its.target ~= own.target then break end
+    child = nil
+    require("sbx.loop").sleep(0.002)
+  end
+  if not child then return nil, "the sandbox's namespace did not start" end
+  -- after bwrap brought up its lo (slirp4netns configures lo too: they
+  -- must not race)
+  for _ = 1, 5000 do
+    local t = fs.read_host("/proc/" .. child .. "/net/fib_trie", 1 << 16)
+    if not t or t:find("127.0.0.1", 1, true) then break end
+    require("sbx.loop").sleep(0.002)
+  end
+  local argv = { M.slirp }
+  for _, a in ipairs(M.SLIRP_ARGS) do argv[#argv + 1] = a end
+  for _, a in ipairs{ "--userns-path=/proc/" .. child .. "/ns/user", tostring(child), "tap0" } do
+    argv[#argv + 1] = a
+  end
+  local p, err = proc.spawn{ argv = argv, env = {}, max_output = 65536, cgroup = h.cg, join = h.join }
+  if not p then return nil, "slirp4netns: " .. tostring(err) end
+  h.slirps = h.slirps or {}
+  h.slirps[#h.slirps + 1] = { p = p, pid = child }
+  return true
+end
+
+-- A failure to start the probe at all (out of fds, processes, memory) says
+-- nothing about bwrap: `transient`, so the answer is not kept.
+local transient
 local function run_probe(argv, fds)
   local p, err = proc.spawn{ argv = argv, env = {}, timeout = 20, max_output = 8192,
                              fds = fds or { SECCOMP } }
-  if not p then return false, err end
+  if not p then transient = true return false, err end
   local r = p:wait()
   p:close()
   if r.exit_code == 0 then return true end
@@ -309,7 +439,12 @@ local probed
 ---asking at once may each probe; the last answer stays.
 function M.probe(force)
   if probed and not force then return probed end
+  transient = false
   local r = probe()
+  if transient and not r.ok then
+    r.reason = tostring(r.reason) .. " (could not start the probe; asked again next time)"
+    return r
+  end
   probed = r
   return r
 end
@@ -394,8 +529,9 @@ end
 local function handle(st)
   local L = M.layout()
   local h = { id = st.id, dir = st.dir, workdir = st.workdir, own = st.own, cg = st.cg, join = st.join,
-              session = st.session, net = st.net and true or false, rlimits = st.rlimits or { core = 0 },
-              roots = {} }
+              session = st.session, net = st.net and M.slirp ~= nil or false,
+              rlimits = st.rlimits or { core = 0 }, roots = {}, slirps = {} }
+  h.resolv = h.net and M.resolv_target() or nil
   h.mounts = mounts_of(L, h.dir, h.workdir)
   h.top = top_entries(L, h.workdir)
   local root, rerr, rcode = fs.open_root(h.dir)
@@ -430,6 +566,10 @@ end
 ---@param spec table id=, session=, workdir=, allow_internet=, backend_options=, cpu=, memory_mb=
 function M.create(spec)
   local rlim = check_options(spec)
+  if spec.allow_internet == true and not M.slirp then
+    fail("FeatureNotSupportedError", "allow_internet = true needs slirp4netns (apt-get install slirp4netns):"
+         .. " without it bwrap sandboxes have no network", "create")
+  end
   if spec.workdir then
     local root = fs.open_root(spec.workdir)
     if not root then
@@ -495,6 +635,7 @@ end
 
 function M.destroy(h)
   if h.link then h.link:close() end
+  reap_net(h, true)
   if h.cg then
     cgroup.remove(h.cg)
     limits.remove(h.session, h.id)   -- v1 groups, now empty
@@ -895,10 +1036,15 @@ local function open_link(h)
   if not file then return nil, "cannot write the agent: " .. tostring(ferr) end
   -- the bind names a host path: it goes with the options through --args
   local argv, fds = command_line(h, { extra = { "--ro-bind", file, M.AGENT_IN } })
-  for _, x in ipairs{ "--chdir", "/", "--", M.AGENT_IN, "serve" } do argv[#argv + 1] = x end
+  for _, x in ipairs{ "--chdir", "/", "--" } do argv[#argv + 1] = x end
+  for _, x in ipairs(with_net_wait(h, { M.AGENT_IN, "serve" })) do argv[#argv + 1] = x end
   local p, err = proc.spawn{ argv = argv, env = {}, keep_stdin = true, stream = true, max_output = 0,
                              cgroup = h.cg, join = h.join, fds = fds, rlimits = h.rlimits }
   if not p then return nil, err end
+  if h.net then
+    local ok, nerr = attach_net(h, p.pid)
+    if not ok then p:kill() p:close() return nil, nerr end
+  end
   return agentlink.open(transport(p), 10)
 end
 
@@ -936,6 +1082,11 @@ function M.spawn(h, req)
   elseif t.kind ~= "virtual" then
     not_found("exec", "cwd " .. tostring(req.cwd or M.WORKDIR))
   end
+  local cur, max = limits.pids(h.session, h.id, h.cg)
+  if cur and max and cur >= max then
+    fail("SandboxExecutionError", "the sandbox reached its process limit (" .. max .. "); destroy it or"
+         .. " kill its processes", "exec", "EAGAIN")
+  end
   local link = link_of(h)
   local prog = req.argv[1]
   -- the agent looks the program up itself, inside (this lookup from the
@@ -948,21 +1099,24 @@ function M.spawn(h, req)
       keep_stdin = req.keep_stdin, timeout = req.timeout, max_output = req.max_output,
       stream = req.stream, want_pid = req.want_pid }
   end
-  if not h.line then h.line, h.fds = command_line(h) end
-  local argv = table.move(h.line, 1, #h.line, 1, {})
-  for _, kv in ipairs(req.env) do
-    local k, v = kv:match("^([^=]*)=(.*)$")
-    argv[#argv + 1] = "--setenv"; argv[#argv + 1] = k; argv[#argv + 1] = v
+  local argv, fds = command_line(h, { env = req.env })
+  if argv[2] ~= "--args" then
+    fail("SandboxExecutionError", "the command's environment is over 64 KiB with the options", "exec", "E2BIG")
   end
   argv[#argv + 1] = "--chdir"; argv[#argv + 1] = cwd
   argv[#argv + 1] = "--"
-  for _, a in ipairs(req.argv) do argv[#argv + 1] = a end
+  for _, a in ipairs(with_net_wait(h, req.argv)) do argv[#argv + 1] = a end
+  reap_net(h)
   local p, err, code = proc.spawn{
     argv = argv, env = {}, stdin = req.stdin, keep_stdin = req.keep_stdin, timeout = req.timeout,
-    max_output = req.max_output, stream = req.stream, cgroup = h.cg, join = h.join, fds = h.fds,
+    max_output = req.max_output, stream = req.stream, cgroup = h.cg, join = h.join, fds = fds,
     rlimits = h.rlimits,
   }
   if not p then fail("SandboxExecutionError", err, "exec", code) end
+  if h.net then
+    local ok, nerr = attach_net(h, p.pid)
+    if not ok then p:kill() fail("SandboxExecutionError", "cannot give the command the internet: " .. nerr, "exec") end
+  end
   return p
 end
 

@@ -467,6 +467,10 @@ function M.doctor()
       .. " Ubuntu >= 24.04: sysctl -w kernel.apparmor_restrict_unprivileged_userns=0)")
   add(r.netns ~= false, "network namespaces (allow_internet = false)", r.netns == false and "refused" or "work",
       "a kernel with CONFIG_NET_NS, and user namespaces allowed to create them")
+  add(M.slirp ~= nil, "internet (allow_internet = true)", M.slirp and ("slirp4netns " .. M.slirp
+      .. " in each sandbox's own network namespace; the host's 127.0.0.1 and abstract sockets are out of reach")
+      or "slirp4netns is not installed: bwrap offers allow_internet = false only (no network capability)",
+      "apt-get install slirp4netns")
   add(SECCOMP ~= nil, "seccomp filter", SECCOMP and (#native.denied() .. " calls refused (" ..
       table.concat(native.denied(), ", ", 1, 6) .. ", ...)") or "no filter for this architecture")
   if r.ok and not r.disable_userns then
@@ -481,8 +485,9 @@ function M.doctor()
       .. " when it is requested); per-process rlimits via backend_options.rlimits (as_mb, cpu_secs,"
       .. " fsize_mb, nofile)")
   if native.getuid() == 0 then
-    add(nil, "running as root", "sandboxes hold host uid 0 without capabilities; what in /etc is not"
-        .. " readable by everyone is hidden from them (" .. #M.layout().hidden .. " entries)")
+    add(nil, "running as root", "sandboxes hold host uid 0 without capabilities (/proc's kernel knobs"
+        .. " read-only or masked); what in /etc is not readable by everyone is hidden from them ("
+        .. #M.layout().hidden .. " entries)")
   end
   add(nil, "exec path", (M.exec_mode or os.getenv("SBX_BWRAP_EXEC")) == "direct"
       and "a new bwrap for every command (SBX_BWRAP_EXEC=direct)"

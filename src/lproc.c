@@ -456,31 +456,32 @@ fail:;
   return -1;
 }
 
-/* join = { path, ... } (cgroup.procs files) at the top of the stack:
-** checked and popped; the count. */
+/* join = { path, ... } (cgroup.procs files), or setns = { path, ... }
+** (namespace files), at the top of the stack: checked and popped; the count. */
 #define MAXJOIN 4
 static int join_check(lua_State *L) {
   if (lua_isnil(L, -1)) {
     lua_pop(L, 1);
     return 0;
   }
-  luaL_argcheck(L, lua_istable(L, -1), 1, "'join' must be a list of cgroup.procs paths");
+  luaL_argcheck(L, lua_istable(L, -1), 1, "'join' and 'setns' must be lists of paths");
   int n = (int)luaL_len(L, -1);
-  luaL_argcheck(L, n <= MAXJOIN, 1, "at most 4 'join' paths");
+  luaL_argcheck(L, n <= MAXJOIN, 1, "at most 4 'join' or 'setns' paths");
   for (int i = 0; i < n; i++) {
-    if (lua_rawgeti(L, -1, i + 1) != LUA_TSTRING) luaL_error(L, "join[%d] must be a string", i + 1);
+    if (lua_rawgeti(L, -1, i + 1) != LUA_TSTRING) luaL_error(L, "join and setns paths must be strings");
     lua_pop(L, 1);
   }
   lua_pop(L, 1);
   return n;
 }
 
-/* Open the n checked join paths of options table 1: 0, or -1 with errno. */
-static int join_open(lua_State *L, int n, int *out) {
-  lua_getfield(L, 1, "join");
+/* Open the n checked paths of field `f` of options table 1 with `flags`:
+** 0, or -1 with errno. */
+static int join_open(lua_State *L, const char *f, int flags, int n, int *out) {
+  lua_getfield(L, 1, f);
   for (int i = 0; i < n; i++) {
     lua_rawgeti(L, -1, i + 1);
-    out[i] = open(lua_tostring(L, -1), O_WRONLY | O_CLOEXEC);
+    out[i] = open(lua_tostring(L, -1), flags | O_CLOEXEC);
     lua_pop(L, 1);
     if (out[i] < 0) {
       int e = errno;
@@ -495,7 +496,8 @@ static int join_open(lua_State *L, int n, int *out) {
 }
 
 /* proc.spawn{argv=, env=, cwd=, stdin=, keep_stdin=, max_output=,
-**            stream=, timeout=, cgroup=, join=, fds=, rlimits=}
+**            stream=, timeout=, cgroup=, join=, fds=, rlimits=, setns=}
+** setns: namespace files (/proc/<pid>/ns/...) the child enters first
 **   -> Proc | nil, msg, code */
 static int proc_spawn(lua_State *L) {
   char path[4096];
@@ -531,6 +533,8 @@ static int proc_spawn(lua_State *L) {
   int xfd[SBX_SPAWN_MAXFDS];
   lua_getfield(L, 1, "join");
   int njoin = join_check(L);
+  lua_getfield(L, 1, "setns");
+  int nns = join_check(L);
   lua_getfield(L, 1, "fds");
   int nx = data_list(L, xdata, xlen);
   sbx_rlimit lims[NRLIMITS];
@@ -576,25 +580,33 @@ static int proc_spawn(lua_State *L) {
   r.fds = xfd;
   r.nfds = nx;
   int jfd[MAXJOIN];
-  if (join_open(L, njoin, jfd) < 0) {
+  int nsfd[MAXJOIN];
+  const char *what = "cgroup (join)";
+  if (join_open(L, "join", O_WRONLY, njoin, jfd) < 0 ||
+      (what = "setns (open)", join_open(L, "setns", O_RDONLY, nns, nsfd) < 0)) {
     e = errno;
+    if (what[0] == 's') for (int i = 0; i < njoin; i++) close(jfd[i]);
     if (cgfd >= 0) close(cgfd);
     for (int i = 0; i < nx; i++) close(xfd[i]);
-    return spawn_failed(L, p, fds, e, "cgroup (join)");
+    return spawn_failed(L, p, fds, e, what);
   }
   r.join_fds = jfd;
   r.njoin = njoin;
+  r.ns_fds = nsfd;
+  r.nns = nns;
   p->start = sbx_now();
   pid_t pid = sbx_spawn(&r, &p->pidfd);
   e = errno;
   if (cgfd >= 0) close(cgfd);
   for (int i = 0; i < nx; i++) close(xfd[i]);
   for (int i = 0; i < r.njoin; i++) close(jfd[i]);
+  for (int i = 0; i < r.nns; i++) close(nsfd[i]);
   if (pid < 0)
     return spawn_failed(L, p, fds, e, r.stage == 1 ? lua_pushfstring(L, "cwd %s", cwd)
                                       : r.stage == 2 ? argv[0]
                                       : r.stage == 3 ? "setrlimit"
-                                      : r.stage == 4 ? "fds" : r.stage == 5 ? "cgroup" : "clone3");
+                                      : r.stage == 4 ? "fds" : r.stage == 5 ? "cgroup"
+                                      : r.stage == 6 ? "setns" : "clone3");
   p->pid = pid;
   close(fds[0][1]); fds[0][1] = -1;
   close(fds[1][1]); fds[1][1] = -1;

@@ -223,11 +223,13 @@ local function base_args(h, o)
   local a = { "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
               "--unshare-cgroup-try" }
   local function add(...) for _, x in ipairs{ ... } do a[#a + 1] = x end end
-  add("--unshare-net")             -- always: internet goes through slirp4netns
+  -- always an own network namespace: the holder's (internet through
+  -- slirp4netns), or a new one
+  if not (h.ns and h.net) then add("--unshare-net") end
   if not (o and o.no_disable_userns) and not M.no_disable_userns then add("--disable-userns") end
   add("--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", M.HOSTNAME)
-  if h.root then add("--bind", h.dir, "/") end
-  if h.workdir then add("--bind", h.workdir, M.WORKDIR) end
+  if h.root then add("--bind", h.ns and M.VIEW .. "/root" or h.dir, "/") end
+  if h.workdir then add("--bind", h.ns and M.VIEW .. "/work" or h.workdir, M.WORKDIR) end
   for _, b in ipairs(L.binds) do
     if not b.inner then add("--ro-bind", b.src, b.dest) end
   end
@@ -312,9 +314,145 @@ M.NET_WAIT = { "/bin/sh", "-c", 'i=0; until grep -qs "^tap0[[:space:]]*00000000"
   .. ' sleep 0.005; done; exec "$@"', "sbx-net" }
 
 local function with_net_wait(h, argv)
-  if not h.net then return argv end
+  if not h.net or h.uid then return argv end     -- a holder's network is up before any command
   local a = table.move(M.NET_WAIT, 1, #M.NET_WAIT, 1, {})
   return table.move(argv, 1, #argv, #a + 1, a)
+end
+
+-- ------------------------------------------------------------ host root
+
+-- When sbxlua runs as root, no sandbox process is host root: each sandbox
+-- has a holder process (created on its first command, again after a
+-- resume) owning a user namespace that maps uid and gid 0 onto M.ids()
+-- (unprivileged host ids), with its network namespace when the sandbox has
+-- the internet (slirp4netns attached once, for every command) and a mount
+-- namespace where the sandbox's host directories appear under M.VIEW (the
+-- unprivileged uid could not reach them under a state dir like /root's).
+-- Every bwrap starts in those namespaces (sbx.proc's setns) as that
+-- namespace's root, and its own user namespace nests inside.
+M.VIEW = "/run/sbxlua-bwrap"
+M.DEFAULT_ID = 100000
+
+local ids_cache
+---The host uid and gid sandboxes of root run as: root's first subordinate
+---ids (/etc/subuid, /etc/subgid), else M.DEFAULT_ID.
+function M.ids()
+  if ids_cache then return ids_cache[1], ids_cache[2] end
+  local function first(file)
+    for line in (fs.read_host(file, 1 << 20) or ""):gmatch("[^\n]+") do
+      local who, start = line:match("^([^:]+):(%d+):%d+")
+      if who == "root" or who == "0" then return tonumber(start) end
+    end
+    return M.DEFAULT_ID
+  end
+  ids_cache = { first("/etc/subuid"), first("/etc/subgid") }
+  return ids_cache[1], ids_cache[2]
+end
+
+function M.as_root() return native.getuid() == 0 end
+
+-- Give sandbox path rel of the root directory (each component) to the sandbox's ids.
+local function own(h, rel)
+  if not h.uid then return end
+  local ok, err, code = native.chown(h.dir, rel or "", h.uid, h.gid)
+  if not ok then errors.core("chown: " .. tostring(err), code, "bwrap", "chown") end
+end
+M._own = own
+
+local HOLDER = 'set -e; mount -t tmpfs -o mode=0711,size=64k sbx "$1"; mkdir "$1/root" "$1/work";'
+  .. ' touch "$1/agent"; mount --bind "$2" "$1/root";'
+  .. ' if [ -n "$3" ]; then mount --bind "$3" "$1/work"; fi;'
+  .. ' mount --bind "$4" "$1/agent"; mount -o remount,bind,ro "$1/agent";'
+  .. ' exec unshare --user $5 sleep infinity'
+
+local agent_file     -- below
+
+local function alive(pid)
+  local st = fs.read_host("/proc/" .. pid .. "/stat", 4096)
+  return st ~= nil and not st:match("^%d+ %b() [ZX]")
+end
+
+local function kill_holder(h)
+  local hd = h.holder
+  h.holder, h.ns = nil, nil
+  if not hd then return end
+  for _, p in ipairs{ hd.slirp, hd.p } do pcall(p.kill, p) pcall(p.close, p) end
+end
+
+local function holder_fail(h, p, msg)
+  local out = ""
+  if p then
+    pcall(p.kill, p)
+    local r = p:wait()
+    out = ((r and r.stderr or "") .. (r and r.stdout or "")):gsub("%s+$", "")
+    p:close()
+  end
+  kill_holder(h)
+  fail("SandboxExecutionError", "cannot start the sandbox's namespaces: " .. msg
+       .. (out ~= "" and (" (" .. out .. ")") or ""), "exec")
+end
+
+local function poll(cond, secs)
+  local loop = require "sbx.loop"
+  for _ = 1, math.floor(secs / 0.002) do
+    local v = cond()
+    if v ~= nil then return v end
+    loop.sleep(0.002)
+  end
+end
+
+---The sandbox's holder namespaces ({ mnt, net?, user } files for setns), started when needed.
+local function holder_of(h)
+  if not h.uid then return nil end
+  if h.holder and alive(h.holder.p.pid) then return h.ns end
+  kill_holder(h)
+  local file, ferr = agent_file()
+  if not file then holder_fail(h, nil, "cannot write the agent: " .. tostring(ferr)) end
+  local ok, merr = fs.mkdir_host(M.VIEW)
+  if not ok then holder_fail(h, nil, tostring(merr)) end
+  local p, err = proc.spawn{ argv = { "unshare", "--mount", "--propagation", "slave", "--", "/bin/sh", "-c",
+      HOLDER, "sbx-holder", M.VIEW, h.dir, h.workdir or "", file, h.net and "--net" or "" },
+    env = { "PATH=" .. require("sbx.sandbox").DEFAULT_PATH }, max_output = 8192,
+    cgroup = h.cg, join = h.join }
+  if not p then holder_fail(h, nil, tostring(err)) end
+  local pid = p.pid
+  local own_user = native.lookup("/proc/self/ns", "user").target
+  local up = poll(function()
+    if not alive(pid) then return false end
+    local st = native.lookup("/proc/" .. pid .. "/ns", "user")
+    if st and st.target ~= own_user then return true end
+  end, 10)
+  if not up then holder_fail(h, p, up == false and "the holder ended" or "the holder did not start") end
+  for file_, id in pairs{ uid_map = h.uid, gid_map = h.gid } do
+    local f, ferr2 = io.open("/proc/" .. pid .. "/" .. file_, "w")
+    local wok, werr = f and f:write("0 " .. id .. " 1\n")
+    if f then wok, werr = f:close() end
+    if not wok then holder_fail(h, p, file_ .. ": " .. tostring(ferr2 or werr)) end
+  end
+  h.holder = { p = p }
+  local base = "/proc/" .. pid .. "/ns/"
+  h.ns = { base .. "mnt" }
+  if h.net then
+    h.ns[2] = base .. "net"
+    local argv = { M.slirp }
+    for _, a in ipairs(M.SLIRP_ARGS) do argv[#argv + 1] = a end
+    argv[#argv + 1] = tostring(pid)
+    argv[#argv + 1] = "tap0"
+    local sp, serr = proc.spawn{ argv = argv, env = {}, max_output = 65536, cgroup = h.cg, join = h.join }
+    if not sp then holder_fail(h, p, "slirp4netns: " .. tostring(serr)) end
+    h.holder.slirp = sp
+    local route = poll(function()
+      if not alive(sp.pid) then return false end
+      local t = fs.read_host("/proc/" .. pid .. "/net/route", 65536) or ""
+      if t:find("\ntap0%s+00000000") then return true end
+    end, 10)
+    if not route then
+      local r = sp:wait()
+      holder_fail(h, p, "slirp4netns did not configure the network: " .. tostring(r and r.stderr))
+    end
+  end
+  h.ns[#h.ns + 1] = base .. "user"
+  return h.ns
 end
 
 -- slirp4netns processes whose namespace is gone (a finished command's in
@@ -536,6 +674,7 @@ local function handle(st)
   local h = { id = st.id, dir = st.dir, workdir = st.workdir, own = st.own, cg = st.cg, join = st.join,
               session = st.session, net = st.net and M.slirp ~= nil or false,
               rlimits = st.rlimits or { core = 0 }, roots = {}, slirps = {} }
+  if M.as_root() then h.uid, h.gid = M.ids() end
   h.resolv = h.net and M.resolv_target() or nil
   h.mounts = mounts_of(L, h.dir, h.workdir)
   h.top = top_entries(L, h.workdir)
@@ -606,6 +745,8 @@ function M.create(spec)
     M.destroy(h)
     fail("SandboxCreationError", "cannot lay out the sandbox root: " .. perr, "create")
   end
+  local cok, cerr = pcall(function() for _, e in ipairs{ "", "workspace", "tmp" } do own(h, e) end end)
+  if not cok then M.destroy(h) error(cerr, 0) end
   return h
 end
 
@@ -641,6 +782,7 @@ end
 function M.destroy(h)
   if h.link then h.link:close() end
   reap_net(h, true)
+  kill_holder(h)
   if h.cg then
     cgroup.remove(h.cg)
     limits.remove(h.session, h.id)   -- v1 groups, now empty
@@ -779,6 +921,8 @@ local function call(h, t, op, path, method, ...)
   local root = root_of(h, t.dir)
   local r, err, code = root[method](root, t.rel, ...)
   if r == nil then core_fail(op, path, err, code) end
+  -- the sandbox's own files, as if it had written them (sbxlua as root)
+  if h.uid and t.m.path == "/" and (method == "write" or method == "mkdir") then own(h, t.rel) end
   return r
 end
 
@@ -954,6 +1098,7 @@ end
 local function check_root(h)
   local ok, err = native.populate(h.dir, h.top)
   if not ok then fail("SandboxExecutionError", "the sandbox root is damaged: " .. err, "exec") end
+  if h.uid then own(h, "workspace") own(h, "tmp") end
   for _, e in ipairs(h.top) do
     if e.mount then
       local st = native.lookup(h.dir, e.name)
@@ -996,7 +1141,7 @@ local function prune(root, keep)
   end
 end
 
-local function agent_file()
+function agent_file()
   if agent_path then
     local f = io.open(agent_path, "rb")
     if f then f:close() return agent_path end
@@ -1040,13 +1185,14 @@ local function open_link(h)
   local file, ferr = agent_file()
   if not file then return nil, "cannot write the agent: " .. tostring(ferr) end
   -- the bind names a host path: it goes with the options through --args
-  local argv, fds = command_line(h, { extra = { "--ro-bind", file, M.AGENT_IN } })
+  local ns = holder_of(h)
+  local argv, fds = command_line(h, { extra = { "--ro-bind", ns and M.VIEW .. "/agent" or file, M.AGENT_IN } })
   for _, x in ipairs{ "--chdir", "/", "--" } do argv[#argv + 1] = x end
   for _, x in ipairs(with_net_wait(h, { M.AGENT_IN, "serve" })) do argv[#argv + 1] = x end
   local p, err = proc.spawn{ argv = argv, env = {}, keep_stdin = true, stream = true, max_output = 0,
-                             cgroup = h.cg, join = h.join, fds = fds, rlimits = h.rlimits }
+                             cgroup = h.cg, join = h.join, fds = fds, rlimits = h.rlimits, setns = ns }
   if not p then return nil, err end
-  if h.net then
+  if h.net and not ns then
     local ok, nerr = attach_net(h, p.pid)
     if not ok then p:kill() p:close() return nil, nerr end
   end
@@ -1104,6 +1250,7 @@ function M.spawn(h, req)
       keep_stdin = req.keep_stdin, timeout = req.timeout, max_output = req.max_output,
       stream = req.stream, want_pid = req.want_pid }
   end
+  local ns = holder_of(h)
   local argv, fds = command_line(h, { env = req.env })
   if argv[2] ~= "--args" then
     fail("SandboxExecutionError", "the command's environment is over 64 KiB with the options", "exec", "E2BIG")
@@ -1115,10 +1262,10 @@ function M.spawn(h, req)
   local p, err, code = proc.spawn{
     argv = argv, env = {}, stdin = req.stdin, keep_stdin = req.keep_stdin, timeout = req.timeout,
     max_output = req.max_output, stream = req.stream, cgroup = h.cg, join = h.join, fds = fds,
-    rlimits = h.rlimits,
+    rlimits = h.rlimits, setns = ns,
   }
   if not p then fail("SandboxExecutionError", err, "exec", code) end
-  if h.net then
+  if h.net and not ns then
     local ok, nerr = attach_net(h, p.pid)
     if not ok then p:kill() fail("SandboxExecutionError", "cannot give the command the internet: " .. nerr, "exec") end
   end

@@ -141,13 +141,22 @@ local layout_cache
 function M.layout()
   if layout_cache then return layout_cache end
   local L = { binds = {}, hidden = {}, links = {}, tmpfs = {}, virtual = {}, proc = {} }
+  -- a look that failed for want of fds or memory says nothing about the
+  -- host: such a layout is used once, not kept (a probe under EMFILE
+  -- would otherwise leave every later sandbox without /usr)
+  local transient = false
+  local function lookup(dir, name)
+    local st, _, code = native.lookup(dir, name)
+    if not st and code ~= "ENOENT" and code ~= "ENOTDIR" then transient = true end
+    return st
+  end
   for name, how in pairs(M.PROC) do
-    local st = native.lookup("/proc", name)
+    local st = lookup("/proc", name)
     if st then L.proc[#L.proc + 1] = { name = "/proc/" .. name, how = how, dir = st.type == "dir" } end
   end
   table.sort(L.proc, function(a, b) return a.name < b.name end)
   for _, name in ipairs(M.SYSTEM) do
-    local st = native.lookup("/", name)
+    local st = lookup("/", name)
     if st and st.type == "link" then
       L.links[#L.links + 1] = { name = name, target = st.target }
     elseif readable(st) and st.type == "dir" then
@@ -159,15 +168,19 @@ function M.layout()
     L.virtual[t] = true
   end
   for _, top in ipairs(M.FILTERED) do
-    local st = native.lookup("/", top:sub(2))
+    local st = lookup("/", top:sub(2))
     if readable(st) and st.type == "dir" then
       L.binds[#L.binds + 1] = { src = top, dest = top, dir = true }
-      for _, e in ipairs(native.hidden(top) or {}) do L.hidden[#L.hidden + 1] = e end
+      local hid = native.hidden(top)
+      if not hid then transient = true end
+      for _, e in ipairs(hid or {}) do L.hidden[#L.hidden + 1] = e end
       -- links of its top level into a tmpfs (resolv.conf -> /run/...): bind their targets
-      for _, name in ipairs(fs.list_host(top) or {}) do
-        local l = native.lookup(top, name)
+      local names = fs.list_host(top)
+      if not names then transient = true end
+      for _, name in ipairs(names or {}) do
+        local l = lookup(top, name)
         local real = l and l.type == "link" and native.realpath(top .. "/" .. name)
-        local rst = real and native.lookup("/", real:sub(2))
+        local rst = real and lookup("/", real:sub(2))
         for _, t in ipairs(L.tmpfs) do
           if real and under(real, t) and real ~= t and readable(rst) and rst.type == "file" then
             L.binds[#L.binds + 1] = { src = real, dest = real, dir = false, inner = t }
@@ -178,7 +191,7 @@ function M.layout()
       end
     end
   end
-  layout_cache = L
+  if not transient then layout_cache = L end
   return L
 end
 

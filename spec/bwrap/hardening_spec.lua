@@ -207,20 +207,32 @@ print("first", tostring(r1.ok), "then", tostring(r2.ok), tostring(r1.reason))
     local r = p:wait()
     p:close()
     os.remove(script)
-    assert.matches("first false then true", r.stdout, r.stdout .. r.stderr)
+    assert.matches("first%sfalse%sthen%strue", r.stdout, r.stdout .. r.stderr)
   end)
 
   it("names a full process limit instead of spawn: errno 11", function()
     if not bwrap.descriptor.limits.pids then pending("no pids controller") return end
     local sb <close> = sbx.sandbox("bwrap")
-    local bomb = sb:spawn("sh", { "-c", "while :; do sleep 300 & done" }, { timeout = 60 })
+    -- forks until the limit refuses one, then holds every process: nothing
+    -- exits afterwards, so the group stays full (a shell's loop would keep
+    -- retrying and the next command could take a freed slot)
+    local full = false
+    local bomb = sb:spawn("python3", { "-c", [[
+import os, time
+while True:
+    try:
+        if os.fork() == 0:
+            os.execv("/bin/sleep", ["sleep", "300"])
+    except OSError:
+        break
+print("full", flush=True)
+time.sleep(300)
+]] }, { timeout = 120, on_stdout = function(c) if c:find("full", 1, true) then full = true end end })
     local t0 = loop.now()
-    local kind, err
-    while loop.now() - t0 < 30 do
-      local okk, e = pcall(sb.execute_command, sb, "true")
-      if not okk then kind, err = type(e) == "table" and e.kind, e break end
-      loop.sleep(0.1)
-    end
+    while not full and loop.now() - t0 < 90 do loop.sleep(0.05) end
+    assert.is_true(full, "the bomb did not fill the limit")
+    local okk, e = pcall(sb.execute_command, sb, "true")
+    local kind, err = not okk and type(e) == "table" and e.kind, e
     bomb:kill()
     assert.equal("SandboxExecutionError", kind, tostring(err))
     assert.matches("the sandbox reached its process limit %(1024%); destroy it or kill its processes", err.message)

@@ -88,6 +88,7 @@ describe("bwrap as root", function()
         local dir = os.tmpname()
         os.remove(dir)
         assert(fs.mkdir_host(dir))
+        assert(os.execute("chmod 755 '" .. dir .. "'"))      -- readable by everyone, writable by root
         local s <close> = sbx.sandbox("bwrap", { workdir = dir })
         local r = s:execute_command("sh", { "-c", "touch /workspace/x 2>&1; ls -ln -d /workspace" })
         assert.matches("Permission denied", r.stdout)

@@ -10,6 +10,9 @@
 ---                               any address of the host
 ---   see host processes          a host process with a tagged command line
 ---   write a host sysctl         kernel.core_pattern, fs.suid_dumpable, ...
+---   reach mountinfo's host paths  /proc/self/mountinfo names the host paths
+---                               of bind mounts (the sandbox's root): none
+---                               of them leads inside to what it names
 ---   raise privileges            capabilities, no_new_privs, a new user
 ---                               namespace, mount
 ---   exhaust pids                a bounded fork storm: limited where the
@@ -135,6 +138,28 @@ done]], nil, { timeout = 30 })
   local n = select(2, r.stdout:gsub("refused", ""))
   if n == 0 then return "FAIL", "the probe could not run: " .. r.stderr:sub(1, 200) end
   return "ok", n .. " sysctls refused (kernel.core_pattern, ...)"
+end }
+
+probes[#probes + 1] = { name = "reach mountinfo's host paths", run = function(ctx)
+  -- a mount's root (field 4) is a path of its filesystem on the host; it
+  -- gets through when that path, opened inside, is the mount's own root
+  local r = ctx.sb:execute_command([[
+n=0
+while read -r _ _ _ root point _; do
+  [ "$root" = / ] && continue
+  [ "$root" = "$point" ] && continue
+  n=$((n+1))
+  a=$(stat -L -c '%d:%i' "$root" 2>/dev/null) || continue
+  b=$(stat -c '%d:%i' "$point" 2>/dev/null) || continue
+  [ "$a" = "$b" ] && echo "reached $root (mounted at $point)"
+done < /proc/self/mountinfo
+echo "checked $n"]], nil, { timeout = 30 })
+  local reached = {}
+  for line in r.stdout:gmatch("reached ([^\n]+)") do reached[#reached + 1] = line end
+  if #reached > 0 then return "FAIL", table.concat(reached, "; ") end
+  local n = tonumber(r.stdout:match("checked (%d+)"))
+  if not n then return "FAIL", "the probe could not run: " .. r.stderr:sub(1, 200) end
+  return "ok", n .. " host paths in mountinfo, none reachable inside"
 end }
 
 probes[#probes + 1] = { name = "reach the network when it is off", run = function(ctx)

@@ -53,6 +53,8 @@ describe("bwrap as root", function()
       after_each(function() if sb then sb:destroy() end bwrap.exec_mode = nil end)
 
       it("runs commands as that uid seen from the host, uid 0 seen from inside", function()
+        local r = sb:execute_command("id", { "-u" })
+        assert.equal("0\n", r.stdout, r.stderr)
         local marker = { "sleep", "4242." .. math.random(100000, 999999) }
         local p = sb:spawn(marker[1], { marker[2] })
         local pids
@@ -67,8 +69,6 @@ describe("bwrap as root", function()
         assert.equal(("%d\t%d\t%d\t%d"):format(GID, GID, GID, GID), gid)
         p:kill()
         p:wait()
-        local r = sb:execute_command("id", { "-u" })
-        assert.equal("0\n", r.stdout)
       end)
 
       it("creates files owned by that uid on the host; the file API's own files are the sandbox's", function()

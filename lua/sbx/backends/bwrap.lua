@@ -636,9 +636,10 @@ function M.doctor()
       .. " when it is requested); per-process rlimits via backend_options.rlimits (as_mb, cpu_secs,"
       .. " fsize_mb, nofile)")
   if native.getuid() == 0 then
-    add(nil, "running as root", "sandboxes hold host uid 0 without capabilities (/proc's kernel knobs"
-        .. " read-only or masked); what in /etc is not readable by everyone is hidden from them ("
-        .. #M.layout().hidden .. " entries)")
+    local u, g = M.ids()
+    add(nil, "running as root", "sandboxes run as host uid " .. u .. ", gid " .. g .. " (root inside;"
+        .. " /etc/subuid's first range of root, else " .. M.DEFAULT_ID .. "); a workdir must be writable"
+        .. " by that uid; what in /etc is not readable by everyone is hidden (" .. #M.layout().hidden .. " entries)")
   end
   add(nil, "exec path", (M.exec_mode or os.getenv("SBX_BWRAP_EXEC")) == "direct"
       and "a new bwrap for every command (SBX_BWRAP_EXEC=direct)"

@@ -237,10 +237,11 @@ static int bwrap_chown(lua_State *L) {
   return 1;
 }
 
-/* bwrap.getuid() -> the real uid of sbxlua */
+/* bwrap.getuid() -> the real uid and gid of sbxlua */
 static int bwrap_getuid(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)getuid());
-  return 1;
+  lua_pushinteger(L, (lua_Integer)getgid());
+  return 2;
 }
 
 static const luaL_Reg bwrap_funcs[] = {

@@ -146,10 +146,13 @@ static int child(void *arg) {
     }
   }
   /* (before PR_SET_PDEATHSIG: a change of uid clears it) */
+  /* (a caller without root keeps its own groups: a namespace it made has
+  ** setgroups denied) */
+  int root = geteuid() == 0;
   for (int i = 0; i < r->nns; i++) {
     int user = ioctl(r->ns_fds[i], NS_GET_NSTYPE) == CLONE_NEWUSER;
     if (setns(r->ns_fds[i], 0) < 0 ||
-        (user && (setgroups(0, NULL) < 0 || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0))) {
+        (user && ((setgroups(0, NULL) < 0 && root) || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0))) {
       r->stage = 6;
       goto fail;
     }

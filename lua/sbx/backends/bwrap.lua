@@ -240,9 +240,16 @@ local function base_args(h, o)
   -- slirp4netns), or a new one
   if not (h.ns and h.net) then add("--unshare-net") end
   if not (o and o.no_disable_userns) and not M.no_disable_userns then add("--disable-userns") end
+  -- in the holder's user namespace (without root) we are its uid 0: the
+  -- sandbox keeps seeing our own ids, as with a user namespace of bwrap's
+  if h.ns and not h.uid then
+    local u, g = native.getuid()
+    add("--uid", tostring(u), "--gid", tostring(g))
+  end
   add("--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", M.HOSTNAME)
-  if h.root then add("--bind", h.ns and M.VIEW .. "/root" or h.dir, "/") end
-  if h.workdir then add("--bind", h.ns and M.VIEW .. "/work" or h.workdir, M.WORKDIR) end
+  local view = h.ns and h.uid       -- the holder's mount view (sbxlua as root)
+  if h.root then add("--bind", view and M.VIEW .. "/root" or h.dir, "/") end
+  if h.workdir then add("--bind", view and M.VIEW .. "/work" or h.workdir, M.WORKDIR) end
   for _, b in ipairs(L.binds) do
     if not b.inner then add("--ro-bind", b.src, b.dest) end
   end
@@ -327,7 +334,7 @@ M.NET_WAIT = { "/bin/sh", "-c", 'i=0; until grep -qs "^tap0[[:space:]]*00000000"
   .. ' sleep 0.005; done; exec "$@"', "sbx-net" }
 
 local function with_net_wait(h, argv)
-  if not h.net or h.uid then return argv end     -- a holder's network is up before any command
+  if not h.net or h.ns then return argv end     -- a holder's network is up before any command
   local a = table.move(M.NET_WAIT, 1, #M.NET_WAIT, 1, {})
   return table.move(argv, 1, #argv, #a + 1, a)
 end
@@ -414,41 +421,57 @@ local function poll(cond, secs)
   end
 end
 
----The sandbox's holder namespaces ({ mnt, net?, user } files for setns), started when needed.
+---The sandbox's holder namespaces (files for setns: root's { mnt, net?,
+---user }, else { user, net }), started when needed. Without root a holder
+---only keeps the network namespace of a sandbox with the internet.
 local function holder_of(h)
-  if not h.uid then return nil end
+  if not h.uid and not h.net then return nil end
   if h.holder and alive(h.holder.p.pid) then return h.ns end
   kill_holder(h)
-  local file, ferr = agent_file()
-  if not file then holder_fail(h, nil, "cannot write the agent: " .. tostring(ferr)) end
-  local ok, merr = fs.mkdir_host(M.VIEW)
-  if not ok then holder_fail(h, nil, tostring(merr)) end
-  local p, err = proc.spawn{ argv = { "unshare", "--mount", "--propagation", "slave", "--", "/bin/sh", "-c",
-      HOLDER, "sbx-holder", M.VIEW, h.dir, h.workdir or "", file, h.net and "--net" or "" },
-    env = { "PATH=" .. require("sbx.sandbox").DEFAULT_PATH }, max_output = 8192,
-    cgroup = h.cg, join = h.join }
-  if not p then holder_fail(h, nil, tostring(err)) end
-  local pid = p.pid
-  local own_user = native.lookup("/proc/self/ns", "user").target
-  local up = poll(function()
-    if not alive(pid) then return false end
-    local st = native.lookup("/proc/" .. pid .. "/ns", "user")
-    if st and st.target ~= own_user then return true end
-  end, 10)
-  if not up then holder_fail(h, p, up == false and "the holder ended" or "the holder did not start") end
-  for file_, id in pairs{ uid_map = h.uid, gid_map = h.gid } do
-    local f, ferr2 = io.open("/proc/" .. pid .. "/" .. file_, "w")
-    local wok, werr = f and f:write("0 " .. id .. " 1\n")
-    if f then wok, werr = f:close() end
-    if not wok then holder_fail(h, p, file_ .. ": " .. tostring(ferr2 or werr)) end
+  local env = { "PATH=" .. require("sbx.sandbox").DEFAULT_PATH }
+  local p, err, pid
+  if h.uid then
+    local file, ferr = agent_file()
+    if not file then holder_fail(h, nil, "cannot write the agent: " .. tostring(ferr)) end
+    local ok, merr = fs.mkdir_host(M.VIEW)
+    if not ok then holder_fail(h, nil, tostring(merr)) end
+    p, err = proc.spawn{ argv = { "unshare", "--mount", "--propagation", "slave", "--", "/bin/sh", "-c",
+        HOLDER, "sbx-holder", M.VIEW, h.dir, h.workdir or "", file, h.net and "--net" or "" },
+      env = env, max_output = 8192, cgroup = h.cg, join = h.join }
+    if not p then holder_fail(h, nil, tostring(err)) end
+    pid = p.pid
+    local own_user = native.lookup("/proc/self/ns", "user").target
+    local up = poll(function()
+      if not alive(pid) then return false end
+      local st = native.lookup("/proc/" .. pid .. "/ns", "user")
+      if st and st.target ~= own_user then return true end
+    end, 10)
+    if not up then holder_fail(h, p, up == false and "the holder ended" or "the holder did not start") end
+    for file_, id in pairs{ uid_map = h.uid, gid_map = h.gid } do
+      local f, ferr2 = io.open("/proc/" .. pid .. "/" .. file_, "w")
+      local wok, werr = f and f:write("0 " .. id .. " 1\n")
+      if f then wok, werr = f:close() end
+      if not wok then holder_fail(h, p, file_ .. ": " .. tostring(ferr2 or werr)) end
+    end
+  else              -- unshare maps our uid to 0 itself
+    p, err = proc.spawn{ argv = { "unshare", "--user", "--map-root-user", "--net", "sleep", "infinity" },
+      env = env, max_output = 8192, cgroup = h.cg, join = h.join }
+    if not p then holder_fail(h, nil, tostring(err)) end
+    pid = p.pid
+    local up = poll(function()
+      if not alive(pid) then return false end
+      if (fs.read_host("/proc/" .. pid .. "/gid_map", 4096) or "") ~= "" then return true end
+    end, 10)
+    if not up then holder_fail(h, p, up == false and "the holder ended" or "the holder did not start") end
   end
   h.holder = { p = p }
   local base = "/proc/" .. pid .. "/ns/"
-  h.ns = { base .. "mnt" }
+  h.ns = h.uid and { base .. "mnt" } or { base .. "user" }
   if h.net then
     h.ns[2] = base .. "net"
     local argv = { M.slirp }
     for _, a in ipairs(M.SLIRP_ARGS) do argv[#argv + 1] = a end
+    if not h.uid then argv[#argv + 1] = "--userns-path=" .. base .. "user" end
     argv[#argv + 1] = tostring(pid)
     argv[#argv + 1] = "tap0"
     local sp, serr = proc.spawn{ argv = argv, env = {}, max_output = 65536, cgroup = h.cg, join = h.join }
@@ -464,7 +487,7 @@ local function holder_of(h)
       holder_fail(h, p, "slirp4netns did not configure the network: " .. tostring(r and r.stderr))
     end
   end
-  h.ns[#h.ns + 1] = base .. "user"
+  if h.uid then h.ns[#h.ns + 1] = base .. "user" end
   return h.ns
 end
 
@@ -1200,7 +1223,7 @@ local function open_link(h)
   if not file then return nil, "cannot write the agent: " .. tostring(ferr) end
   -- the bind names a host path: it goes with the options through --args
   local ns = holder_of(h)
-  local argv, fds = command_line(h, { extra = { "--ro-bind", ns and M.VIEW .. "/agent" or file, M.AGENT_IN } })
+  local argv, fds = command_line(h, { extra = { "--ro-bind", ns and h.uid and M.VIEW .. "/agent" or file, M.AGENT_IN } })
   for _, x in ipairs{ "--chdir", "/", "--" } do argv[#argv + 1] = x end
   for _, x in ipairs(with_net_wait(h, { M.AGENT_IN, "serve" })) do argv[#argv + 1] = x end
   local p, err = proc.spawn{ argv = argv, env = {}, keep_stdin = true, stream = true, max_output = 0,

@@ -71,6 +71,26 @@ describe("bwrap as root", function()
         p:wait()
       end)
 
+      it("gives first commands started at once by several tasks the same namespaces", function()
+        local tasks = {}
+        for i = 1, 4 do
+          tasks[i] = sbx.spawn(function()
+            return sb:execute_command("sh", { "-c", "echo > /tmp/t" .. i .. "; readlink /proc/self/ns/net" })
+          end)
+        end
+        local nets = {}
+        for i, t in ipairs(tasks) do
+          local okk, r = t:join()
+          assert.is_true(okk, tostring(r))
+          assert.equal(0, r.exit_code, r.stderr)
+          nets[r.stdout] = true
+          assert.equal(UID, owner_of(sb._h.dir .. "/tmp/t" .. i))
+        end
+        local n = 0
+        for _ in pairs(nets) do n = n + 1 end
+        if mode == "direct" then assert.equal(1, n) end     -- one network namespace per sandbox
+      end)
+
       it("creates files owned by that uid on the host; the file API's own files are the sandbox's", function()
         sb:write_file("/workspace/given", "from the host\n")
         local r = sb:execute_command("sh", { "-c", "echo more >> /workspace/given && mkdir -p /tmp/d && echo x > /tmp/d/made && echo ok" })

@@ -424,10 +424,23 @@ end
 ---The sandbox's holder namespaces (files for setns: root's { mnt, net?,
 ---user }, else { user, net }), started when needed. Without root a holder
 ---only keeps the network namespace of a sandbox with the internet.
+local start_holder
+
 local function holder_of(h)
   if not h.uid and not h.net then return nil end
+  -- one start at a time: tasks asking meanwhile wait for it (h.ns is
+  -- whole or nil, never a namespace list still being made)
+  while h.holder_starting do require("sbx.loop").sleep(0.002) end
   if h.holder and alive(h.holder.p.pid) then return h.ns end
   kill_holder(h)
+  h.holder_starting = true
+  local ok, ns = pcall(start_holder, h)
+  h.holder_starting = nil
+  if not ok then error(ns, 0) end
+  return ns
+end
+
+function start_holder(h)
   local env = { "PATH=" .. require("sbx.sandbox").DEFAULT_PATH }
   local p, err, pid
   if h.uid then
@@ -464,11 +477,12 @@ local function holder_of(h)
     end, 10)
     if not up then holder_fail(h, p, up == false and "the holder ended" or "the holder did not start") end
   end
-  h.holder = { p = p }
+  local holder = { p = p }
+  h.holder = holder            -- killed with the sandbox if what follows fails
   local base = "/proc/" .. pid .. "/ns/"
-  h.ns = h.uid and { base .. "mnt" } or { base .. "user" }
+  local ns = h.uid and { base .. "mnt" } or { base .. "user" }
   if h.net then
-    h.ns[2] = base .. "net"
+    ns[2] = base .. "net"
     local argv = { M.slirp }
     for _, a in ipairs(M.SLIRP_ARGS) do argv[#argv + 1] = a end
     if not h.uid then argv[#argv + 1] = "--userns-path=" .. base .. "user" end
@@ -476,7 +490,7 @@ local function holder_of(h)
     argv[#argv + 1] = "tap0"
     local sp, serr = proc.spawn{ argv = argv, env = {}, max_output = 65536, cgroup = h.cg, join = h.join }
     if not sp then holder_fail(h, p, "slirp4netns: " .. tostring(serr)) end
-    h.holder.slirp = sp
+    holder.slirp = sp
     local route = poll(function()
       if not alive(sp.pid) then return false end
       local t = fs.read_host("/proc/" .. pid .. "/net/route", 65536) or ""
@@ -487,8 +501,9 @@ local function holder_of(h)
       holder_fail(h, p, "slirp4netns did not configure the network: " .. tostring(r and r.stderr))
     end
   end
-  if h.uid then h.ns[#h.ns + 1] = base .. "user" end
-  return h.ns
+  if h.uid then ns[#ns + 1] = base .. "user" end
+  h.ns = ns
+  return ns
 end
 
 -- slirp4netns processes whose namespace is gone (a finished command's in

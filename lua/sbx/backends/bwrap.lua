@@ -471,9 +471,14 @@ function start_holder(h)
       env = env, max_output = 8192, cgroup = h.cg, join = h.join }
     if not p then holder_fail(h, nil, tostring(err)) end
     pid = p.pid
+    -- its own user namespace first: before unshare(2), gid_map shows ours
+    local own_user = native.lookup("/proc/self/ns", "user").target
     local up = poll(function()
       if not alive(pid) then return false end
-      if (fs.read_host("/proc/" .. pid .. "/gid_map", 4096) or "") ~= "" then return true end
+      local st = native.lookup("/proc/" .. pid .. "/ns", "user")
+      if st and st.target ~= own_user and (fs.read_host("/proc/" .. pid .. "/gid_map", 4096) or "") ~= "" then
+        return true
+      end
     end, 10)
     if not up then holder_fail(h, p, up == false and "the holder ended" or "the holder did not start") end
   end

@@ -327,18 +327,6 @@ function M.resolv_data()
   return table.concat(out, "\n") .. "\n"
 end
 
--- Before the sandbox's program: wait until slirp4netns has configured tap0
--- (its default route), at most about 10 s, then exec the program.
-M.NET_WAIT = { "/bin/sh", "-c", 'i=0; until grep -qs "^tap0[[:space:]]*00000000" /proc/net/route; do'
-  .. ' i=$((i+1)); if [ $i -gt 2000 ]; then echo "sbxlua: the network did not come up" >&2; break; fi;'
-  .. ' sleep 0.005; done; exec "$@"', "sbx-net" }
-
-local function with_net_wait(h, argv)
-  if not h.net or h.ns then return argv end     -- a holder's network is up before any command
-  local a = table.move(M.NET_WAIT, 1, #M.NET_WAIT, 1, {})
-  return table.move(argv, 1, #argv, #a + 1, a)
-end
-
 -- ------------------------------------------------------------ host root
 
 -- When sbxlua runs as root, no sandbox process is host root: each sandbox
@@ -396,7 +384,7 @@ local function kill_holder(h)
   local hd = h.holder
   h.holder, h.ns = nil, nil
   if not hd then return end
-  for _, p in ipairs{ hd.slirp, hd.p } do pcall(p.kill, p) pcall(p.close, p) end
+  for _, p in ipairs{ hd.p, hd.slirp } do pcall(p.kill, p) pcall(p.close, p) end   -- slirp: nil without internet
 end
 
 local function holder_fail(h, p, msg)
@@ -509,55 +497,6 @@ function start_holder(h)
   if h.uid then ns[#ns + 1] = base .. "user" end
   h.ns = ns
   return ns
-end
-
--- slirp4netns processes whose namespace is gone (a finished command's in
--- a bwrap per command), and all of them with `all`.
-local function reap_net(h, all)
-  local keep = {}
-  for _, n in ipairs(h.slirps or {}) do
-    if all or not fs.read_host("/proc/" .. n.pid .. "/stat", 4096) then
-      pcall(n.p.kill, n.p)
-      pcall(n.p.close, n.p)
-    else keep[#keep + 1] = n end
-  end
-  h.slirps = keep
-end
-
--- Give the namespace of bwrap `pid` (the sandbox's pid 1 is its child) the
--- internet through slirp4netns, in the sandbox's cgroup (destroy and gc
--- kill it with the rest). The host's 127.0.0.1 stays out of reach.
-local function attach_net(h, pid)
-  local child
-  for _ = 1, 5000 do
-    local s = fs.read_host("/proc/" .. pid .. "/task/" .. pid .. "/children", 4096)
-    if not s then break end
-    child = tonumber(s:match("%d+"))
-    -- bwrap's child in the new namespaces (not yet a fork of sbx.proc's)
-    local own = native.lookup("/proc/self/ns", "net")
-    local its = child and native.lookup("/proc/" .. child .. "/ns", "net")
-    if its and own and its.target ~= own.target then break end
-    child = nil
-    require("sbx.loop").sleep(0.002)
-  end
-  if not child then return nil, "the sandbox's namespace did not start" end
-  -- after bwrap brought up its lo (slirp4netns configures lo too: they
-  -- must not race)
-  for _ = 1, 5000 do
-    local t = fs.read_host("/proc/" .. child .. "/net/fib_trie", 1 << 16)
-    if not t or t:find("127.0.0.1", 1, true) then break end
-    require("sbx.loop").sleep(0.002)
-  end
-  local argv = { M.slirp }
-  for _, a in ipairs(M.SLIRP_ARGS) do argv[#argv + 1] = a end
-  for _, a in ipairs{ "--userns-path=/proc/" .. child .. "/ns/user", tostring(child), "tap0" } do
-    argv[#argv + 1] = a
-  end
-  local p, err = proc.spawn{ argv = argv, env = {}, max_output = 65536, cgroup = h.cg, join = h.join }
-  if not p then return nil, "slirp4netns: " .. tostring(err) end
-  h.slirps = h.slirps or {}
-  h.slirps[#h.slirps + 1] = { p = p, pid = child }
-  return true
 end
 
 -- A failure to start the probe at all (out of fds, processes, memory) says
@@ -730,7 +669,7 @@ local function handle(st)
   local L = M.layout()
   local h = { id = st.id, dir = st.dir, workdir = st.workdir, own = st.own, cg = st.cg, join = st.join,
               session = st.session, net = st.net and M.slirp ~= nil or false,
-              rlimits = st.rlimits or { core = 0 }, roots = {}, slirps = {} }
+              rlimits = st.rlimits or { core = 0 }, roots = {} }
   if M.as_root() then h.uid, h.gid = M.ids() end
   h.resolv = h.net and M.resolv_target() or nil
   h.mounts = mounts_of(L, h.dir, h.workdir)
@@ -838,7 +777,6 @@ end
 
 function M.destroy(h)
   if h.link then h.link:close() end
-  reap_net(h, true)
   kill_holder(h)
   if h.cg then
     cgroup.remove(h.cg)
@@ -1245,14 +1183,10 @@ local function open_link(h)
   local ns = holder_of(h)
   local argv, fds = command_line(h, { extra = { "--ro-bind", ns and h.uid and M.VIEW .. "/agent" or file, M.AGENT_IN } })
   for _, x in ipairs{ "--chdir", "/", "--" } do argv[#argv + 1] = x end
-  for _, x in ipairs(with_net_wait(h, { M.AGENT_IN, "serve" })) do argv[#argv + 1] = x end
+  for _, x in ipairs{ M.AGENT_IN, "serve" } do argv[#argv + 1] = x end
   local p, err = proc.spawn{ argv = argv, env = {}, keep_stdin = true, stream = true, max_output = 0,
                              cgroup = h.cg, join = h.join, fds = fds, rlimits = h.rlimits, setns = ns }
   if not p then return nil, err end
-  if h.net and not ns then
-    local ok, nerr = attach_net(h, p.pid)
-    if not ok then p:kill() p:close() return nil, nerr end
-  end
   return agentlink.open(transport(p), 10)
 end
 
@@ -1314,18 +1248,13 @@ function M.spawn(h, req)
   end
   argv[#argv + 1] = "--chdir"; argv[#argv + 1] = cwd
   argv[#argv + 1] = "--"
-  for _, a in ipairs(with_net_wait(h, req.argv)) do argv[#argv + 1] = a end
-  reap_net(h)
+  for _, a in ipairs(req.argv) do argv[#argv + 1] = a end
   local p, err, code = proc.spawn{
     argv = argv, env = {}, stdin = req.stdin, keep_stdin = req.keep_stdin, timeout = req.timeout,
     max_output = req.max_output, stream = req.stream, cgroup = h.cg, join = h.join, fds = fds,
     rlimits = h.rlimits, setns = ns,
   }
   if not p then fail("SandboxExecutionError", err, "exec", code) end
-  if h.net and not ns then
-    local ok, nerr = attach_net(h, p.pid)
-    if not ok then p:kill() fail("SandboxExecutionError", "cannot give the command the internet: " .. nerr, "exec") end
-  end
   return p
 end
 

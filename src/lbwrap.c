@@ -204,10 +204,44 @@ static int bwrap_realpath(lua_State *L) {
   return 1;
 }
 
-/* bwrap.getuid() -> the real uid of sbxlua */
+/* bwrap.chown(dir, rel, uid, gid) -> true | nil, msg, code: each existing
+** component of rel beneath host directory dir (rel "": dir itself) given
+** to uid:gid, no symlink followed (a link itself is chowned). */
+static int bwrap_chown(lua_State *L) {
+  const char *dir = luaL_checkstring(L, 1);
+  const char *rel = luaL_checkstring(L, 2);
+  uid_t uid = (uid_t)luaL_checkinteger(L, 3);
+  gid_t gid = (gid_t)luaL_checkinteger(L, 4);
+  char part[PATH_MAX];
+  int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return sbx_fail_errno(L, "chown", dir, errno);
+  int err = fchownat(dfd, "", uid, gid, AT_EMPTY_PATH) < 0 ? errno : 0;
+  for (size_t i = 0, n = strlen(rel); !err && i <= n; i++) {
+    if (rel[i] != '/' && rel[i] != '\0') continue;
+    if (i == 0 || i >= sizeof part) continue;
+    memcpy(part, rel, i);
+    part[i] = '\0';
+    struct open_how how = {.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC,
+                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS};
+    int fd = (int)syscall(SYS_openat2, dfd, part, &how, sizeof how);
+    if (fd < 0) {
+      if (errno != ENOENT) err = errno;
+      break;
+    }
+    if (fchownat(fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) err = errno;
+    close(fd);
+  }
+  close(dfd);
+  if (err) return sbx_fail_errno(L, "chown", rel, err);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* bwrap.getuid() -> the real uid and gid of sbxlua */
 static int bwrap_getuid(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)getuid());
-  return 1;
+  lua_pushinteger(L, (lua_Integer)getgid());
+  return 2;
 }
 
 static const luaL_Reg bwrap_funcs[] = {
@@ -215,6 +249,7 @@ static const luaL_Reg bwrap_funcs[] = {
   {"hidden", bwrap_hidden},
   {"realpath", bwrap_realpath},
   {"getuid", bwrap_getuid},
+  {"chown", bwrap_chown},
   {"seccomp", bwrap_seccomp},
   {"denied", bwrap_denied},
   {"lookup", bwrap_lookup},

@@ -392,7 +392,7 @@ static void job_done(sbx_spawn_job *j) {
 
 static const char *spawn_what(lua_State *L, int stage, const char *cwd, const char *argv0) {
   return stage == SBX_JOB_CGROUP_OPEN ? "cgroup" : stage == 1 ? lua_pushfstring(L, "cwd %s", cwd) : stage == 2 ? argv0
-       : stage == 3 ? "setrlimit" : stage == 4 ? "fds" : stage == 5 ? "cgroup" : "clone3";
+       : stage == 3 ? "setrlimit" : stage == 4 ? "fds" : stage == 5 ? "cgroup" : stage == 6 ? "setns" : "clone3";
 }
 
 /* stack: options, argv, env, cwd, stdin, proc, waiter */
@@ -441,6 +441,7 @@ static int spawn_offload(lua_State *L, proc *p, sbx_spawn_req *r, int fds[4][2])
     if (ends[i] >= 0) j->close[j->nclose++] = ends[i];
   for (int i = 0; i < r->nfds; i++) j->close[j->nclose++] = r->fds[i];
   for (int i = 0; i < r->njoin; i++) j->close[j->nclose++] = r->join_fds[i];
+  for (int i = 0; i < r->nns; i++) j->close[j->nclose++] = r->ns_fds[i];
   j->owner = p;
   j->done = job_done;
   if (sbx_spawner_submit(L, j) < 0) {
@@ -588,31 +589,32 @@ fail:;
   return -1;
 }
 
-/* join = { path, ... } (cgroup.procs files) at the top of the stack:
-** checked and popped; the count. */
+/* join = { path, ... } (cgroup.procs files), or setns = { path, ... }
+** (namespace files), at the top of the stack: checked and popped; the count. */
 #define MAXJOIN 4
 static int join_check(lua_State *L) {
   if (lua_isnil(L, -1)) {
     lua_pop(L, 1);
     return 0;
   }
-  luaL_argcheck(L, lua_istable(L, -1), 1, "'join' must be a list of cgroup.procs paths");
+  luaL_argcheck(L, lua_istable(L, -1), 1, "'join' and 'setns' must be lists of paths");
   int n = (int)luaL_len(L, -1);
-  luaL_argcheck(L, n <= MAXJOIN, 1, "at most 4 'join' paths");
+  luaL_argcheck(L, n <= MAXJOIN, 1, "at most 4 'join' or 'setns' paths");
   for (int i = 0; i < n; i++) {
-    if (lua_rawgeti(L, -1, i + 1) != LUA_TSTRING) luaL_error(L, "join[%d] must be a string", i + 1);
+    if (lua_rawgeti(L, -1, i + 1) != LUA_TSTRING) luaL_error(L, "join and setns paths must be strings");
     lua_pop(L, 1);
   }
   lua_pop(L, 1);
   return n;
 }
 
-/* Open the n checked join paths of options table 1: 0, or -1 with errno. */
-static int join_open(lua_State *L, int n, int *out) {
-  lua_getfield(L, 1, "join");
+/* Open the n checked paths of field `f` of options table 1 with `flags`:
+** 0, or -1 with errno. */
+static int join_open(lua_State *L, const char *f, int flags, int n, int *out) {
+  lua_getfield(L, 1, f);
   for (int i = 0; i < n; i++) {
     lua_rawgeti(L, -1, i + 1);
-    out[i] = open(lua_tostring(L, -1), O_WRONLY | O_CLOEXEC);
+    out[i] = open(lua_tostring(L, -1), flags | O_CLOEXEC);
     lua_pop(L, 1);
     if (out[i] < 0) {
       int e = errno;
@@ -627,7 +629,8 @@ static int join_open(lua_State *L, int n, int *out) {
 }
 
 /* proc.spawn{argv=, env=, cwd=, stdin=, keep_stdin=, max_output=,
-**            stream=, timeout=, cgroup=, join=, fds=, rlimits=}
+**            stream=, timeout=, cgroup=, join=, fds=, rlimits=, setns=}
+** setns: namespace files (/proc/<pid>/ns/...) the child enters first
 **   -> Proc | nil, msg, code */
 static int proc_spawn(lua_State *L) {
   char path[4096];
@@ -663,6 +666,8 @@ static int proc_spawn(lua_State *L) {
   int xfd[SBX_SPAWN_MAXFDS];
   lua_getfield(L, 1, "join");
   int njoin = join_check(L);
+  lua_getfield(L, 1, "setns");
+  int nns = join_check(L);
   lua_getfield(L, 1, "fds");
   int nx = data_list(L, xdata, xlen);
   sbx_rlimit lims[NRLIMITS];
@@ -710,14 +715,20 @@ static int proc_spawn(lua_State *L) {
   r.fds = xfd;
   r.nfds = nx;
   int jfd[MAXJOIN];
-  if (join_open(L, njoin, jfd) < 0) {
+  int nsfd[MAXJOIN];
+  const char *what = "cgroup (join)";
+  if (join_open(L, "join", O_WRONLY, njoin, jfd) < 0 ||
+      (what = "setns (open)", join_open(L, "setns", O_RDONLY, nns, nsfd) < 0)) {
     e = errno;
+    if (what[0] == 's') for (int i = 0; i < njoin; i++) close(jfd[i]);
     if (cgfd >= 0) close(cgfd);
     for (int i = 0; i < nx; i++) close(xfd[i]);
-    return spawn_failed(L, p, fds, e, "cgroup (join)");
+    return spawn_failed(L, p, fds, e, what);
   }
   r.join_fds = jfd;
   r.njoin = njoin;
+  r.ns_fds = nsfd;
+  r.nns = nns;
   p->out.max = p->err.max = (size_t)max;
   p->streaming = streaming;
   p->timeout = timeout;
@@ -729,6 +740,7 @@ static int proc_spawn(lua_State *L) {
     e = errno;
     for (int i = 0; i < nx; i++) close(xfd[i]);
     for (int i = 0; i < r.njoin; i++) close(jfd[i]);
+    for (int i = 0; i < r.nns; i++) close(nsfd[i]);
     return spawn_failed(L, p, fds, e, p->cgroup);
   }
   if (!offloaded) {
@@ -737,6 +749,7 @@ static int proc_spawn(lua_State *L) {
     if (cgfd >= 0) close(cgfd);
     for (int i = 0; i < nx; i++) close(xfd[i]);
     for (int i = 0; i < r.njoin; i++) close(jfd[i]);
+    for (int i = 0; i < r.nns; i++) close(nsfd[i]);
     if (pid < 0) return spawn_failed(L, p, fds, e, spawn_what(L, r.stage, cwd, argv[0]));
     p->pid = pid;
     close(fds[0][1]); fds[0][1] = -1;

@@ -12,6 +12,10 @@
 */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <linux/nsfs.h>
+#include <sched.h>
+#include <sys/ioctl.h>
 #include <linux/sched.h>
 #include <signal.h>
 #include <stdint.h>
@@ -139,6 +143,18 @@ static int child(void *arg) {
     if (fd >= 0) {
       if (write(fd, r->oom_score_adj, strlen(r->oom_score_adj)) < 0) { /* best effort */ }
       close(fd);
+    }
+  }
+  /* (before PR_SET_PDEATHSIG: a change of uid clears it) */
+  /* (a caller without root keeps its own groups: a namespace it made has
+  ** setgroups denied) */
+  int root = geteuid() == 0;
+  for (int i = 0; i < r->nns; i++) {
+    int user = ioctl(r->ns_fds[i], NS_GET_NSTYPE) == CLONE_NEWUSER;
+    if (setns(r->ns_fds[i], 0) < 0 ||
+        (user && ((setgroups(0, NULL) < 0 && root) || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0))) {
+      r->stage = 6;
+      goto fail;
     }
   }
   if (r->cgroup_fd < 0) prctl(PR_SET_CHILD_SUBREAPER, 1);

@@ -34,13 +34,18 @@ typedef struct sbx_spawn_req {
   ** inherited). sbx-agent raises its commands' so that under a sandbox's
   ** memory limit the kernel kills a command, not the agent. */
   const char *oom_score_adj;
+  /* Namespace files (open, O_RDONLY) the child enters in order, after the
+  ** cgroups and before anything else; entering a user namespace makes it
+  ** that namespace's root (uid and gid 0 there, no extra groups). */
+  const int *ns_fds;
+  int nns;
   /* The signals the caller ignores (execve keeps SIG_IGN), from
   ** sbx_ignored_signals: the child resets only those. NULL: every signal
   ** that might be. Only for callers without signal handlers, as the child
   ** runs in their memory until execve. */
   const sigset_t *ignored;
   /* set by the child when it fails before execve */
-  volatile int stage;        /* 1 chdir, 2 execve, 3 setrlimit, 4 fds, 5 cgroup */
+  volatile int stage;        /* 1 chdir, 2 execve, 3 setrlimit, 4 fds, 5 cgroup, 6 setns */
   volatile int err_no;
   int report;                /* internal: pipe for fork-style clones */
   int legacy;                /* internal: the old clone (clone3 refused) */

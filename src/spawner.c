@@ -73,7 +73,7 @@ sbx_spawn_job *sbx_job_new(const sbx_spawn_req *r) {
   size_t ptrs = (size_t)(na + ne + 2) * sizeof(char *);
   sbx_spawn_job *j = calloc(1, sizeof *j + (r->ignored ? sizeof(sigset_t) : 0));
   char *block = malloc(ptrs + bytes);
-  if (!j || !block || r->nfds > SBX_SPAWN_MAXFDS || r->njoin > 4 || r->nrlimits > 8) {
+  if (!j || !block || r->nfds > SBX_SPAWN_MAXFDS || r->njoin > 4 || r->nns > 4 || r->nrlimits > 8) {
     free(j);
     free(block);
     errno = ENOMEM;
@@ -93,9 +93,11 @@ sbx_spawn_job *sbx_job_new(const sbx_spawn_req *r) {
   j->r.oom_score_adj = r->oom_score_adj ? put(&at, r->oom_score_adj) : NULL;
   memcpy(j->fdv, r->fds, (size_t)r->nfds * sizeof *r->fds);
   memcpy(j->joinv, r->join_fds, (size_t)r->njoin * sizeof *r->join_fds);
+  if (r->nns) memcpy(j->nsv, r->ns_fds, (size_t)r->nns * sizeof *r->ns_fds);
   memcpy(j->limv, r->rlimits, (size_t)r->nrlimits * sizeof *r->rlimits);
   j->r.fds = j->fdv;
   j->r.join_fds = j->joinv;
+  j->r.ns_fds = j->nsv;
   j->r.rlimits = j->limv;
   if (r->ignored) {
     sigset_t *ign = (sigset_t *)(j + 1);

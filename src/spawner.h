@@ -13,8 +13,8 @@
 #include "lua.h"
 #include "spawn.h"
 
-#define SBX_JOB_CGROUP_OPEN 6
-#define SBX_JOB_MAXCLOSE (4 + 2 * SBX_SPAWN_MAXFDS)
+#define SBX_JOB_CGROUP_OPEN 100     /* beyond spawn.h's child stages */
+#define SBX_JOB_MAXCLOSE (4 + 2 * SBX_SPAWN_MAXFDS + 4)
 
 typedef struct sbx_spawn_job sbx_spawn_job;
 struct sbx_spawn_job {
@@ -33,12 +33,12 @@ struct sbx_spawn_job {
   char *open_cgroup;
   sbx_spawn_job *next;
   struct sbx_spawnq *q;
-  int fdv[SBX_SPAWN_MAXFDS], joinv[4];
+  int fdv[SBX_SPAWN_MAXFDS], joinv[4], nsv[4];
   sbx_rlimit limv[8];
   char *strings;                   /* path, cwd, argv, envp: one block */
 };
 
-/* A job whose request (argv, envp, path, cwd, fds, join fds, rlimits) is
+/* A job whose request (argv, envp, path, cwd, fds, join and setns fds, rlimits) is
 ** copied from r: the caller's memory may go before the spawn is over. NULL
 ** when out of memory. */
 sbx_spawn_job *sbx_job_new(const sbx_spawn_req *r);

@@ -178,6 +178,19 @@ function M.apply(session, id, cg, want)
   return out
 end
 
+---The pids in use and the pids limit of sandbox `id` (v2 cgroup `cg`), or
+---nil when no pids controller limits it.
+---@return integer|nil current, integer|nil max
+function M.pids(session, id, cg)
+  local how = M.controllers().pids
+  if not how then return nil end
+  local dir = how.v == 2 and cg or (how.dir .. "/" .. session .. "/" .. id)
+  if not dir then return nil end
+  local cur = tonumber((read(dir .. "/pids.current") or ""):match("%d+"))
+  local max = tonumber((read(dir .. "/pids.max") or ""):match("%d+"))
+  return cur, max
+end
+
 -- Remove a v1 group (its processes are dead: the v2 cgroup was killed).
 local function rmdir(dir)
   local ok, err = os.remove(dir)

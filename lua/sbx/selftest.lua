@@ -9,6 +9,10 @@
 ---   reach the network when off  interfaces other than lo, a connection to
 ---                               any address of the host
 ---   see host processes          a host process with a tagged command line
+---   write a host sysctl         kernel.core_pattern, fs.suid_dumpable, ...
+---   reach mountinfo's host paths  /proc/self/mountinfo names the host paths
+---                               of bind mounts (the sandbox's root): none
+---                               of them leads inside to what it names
 ---   raise privileges            capabilities, no_new_privs, a new user
 ---                               namespace, mount
 ---   exhaust pids                a bounded fork storm: limited where the
@@ -118,6 +122,44 @@ probes[#probes + 1] = { name = "read the host's secrets", run = function(ctx)
   if host_shadow and host_shadow ~= "" and shadow == host_shadow then bad[#bad + 1] = "/etc/shadow of the host" end
   if #bad > 0 then return "FAIL", "read " .. table.concat(bad, " and ") end
   return "ok", "no host process's environment (canary) and no shadow file inside"
+end }
+
+probes[#probes + 1] = { name = "write a host sysctl", run = function(ctx)
+  -- each written back with its own value: nothing changes if it gets through
+  local r = ctx.sb:execute_command([[
+for f in kernel/core_pattern fs/suid_dumpable kernel/panic vm/drop_caches net/ipv4/ip_forward; do
+  [ -e /proc/sys/$f ] || continue
+  if [ $f = vm/drop_caches ]; then v=4; else v="$(cat /proc/sys/$f)"; fi
+  if (printf '%s\n' "$v" > /proc/sys/$f) 2>/dev/null; then echo "wrote $f"; else echo "refused $f"; fi
+done]], nil, { timeout = 30 })
+  local wrote = {}
+  for f in r.stdout:gmatch("wrote (%S+)") do wrote[#wrote + 1] = f end
+  if #wrote > 0 then return "FAIL", "wrote /proc/sys/" .. table.concat(wrote, ", /proc/sys/") end
+  local n = select(2, r.stdout:gsub("refused", ""))
+  if n == 0 then return "FAIL", "the probe could not run: " .. r.stderr:sub(1, 200) end
+  return "ok", n .. " sysctls refused (kernel.core_pattern, ...)"
+end }
+
+probes[#probes + 1] = { name = "reach mountinfo's host paths", run = function(ctx)
+  -- a mount's root (field 4) is a path of its filesystem on the host; it
+  -- gets through when that path, opened inside, is the mount's own root
+  local r = ctx.sb:execute_command([[
+n=0
+while read -r _ _ _ root point _; do
+  [ "$root" = / ] && continue
+  [ "$root" = "$point" ] && continue
+  n=$((n+1))
+  a=$(stat -L -c '%d:%i' "$root" 2>/dev/null) || continue
+  b=$(stat -c '%d:%i' "$point" 2>/dev/null) || continue
+  [ "$a" = "$b" ] && echo "reached $root (mounted at $point)"
+done < /proc/self/mountinfo
+echo "checked $n"]], nil, { timeout = 30 })
+  local reached = {}
+  for line in r.stdout:gmatch("reached ([^\n]+)") do reached[#reached + 1] = line end
+  if #reached > 0 then return "FAIL", table.concat(reached, "; ") end
+  local n = tonumber(r.stdout:match("checked (%d+)"))
+  if not n then return "FAIL", "the probe could not run: " .. r.stderr:sub(1, 200) end
+  return "ok", n .. " host paths in mountinfo, none reachable inside"
 end }
 
 probes[#probes + 1] = { name = "reach the network when it is off", run = function(ctx)

@@ -75,6 +75,26 @@ describe("sbxlua selftest", function()
     assert.is_true(failed >= 3)
   end)
 
+  it("has a mountinfo probe that fails where a bind mount's host path is reachable", function()
+    -- commands in a mount namespace of the spec's own where /tmp/<a> is bound
+    -- on /tmp/<b>: mountinfo names /tmp/<a>, which is reachable there
+    if proc.which("unshare", "/usr/bin:/bin") == nil then return pending("no unshare") end
+    local a = assert(require("sbx.fs").mkdtemp("/tmp", "sbx-mi-a-"))
+    local b = assert(require("sbx.fs").mkdtemp("/tmp", "sbx-mi-b-"))
+    local lo <close> = sbx.sandbox("local")
+    local sb = { execute_command = function(_, script, _, opts)
+      return lo:execute_command("unshare", { "--mount", "--propagation", "private", "sh", "-c",
+        'mount --bind "$1" "$2" || exit 9; shift 2; exec sh -c "$1"', "sh", a, b, script }, opts)
+    end }
+    local probe
+    for _, p in ipairs(selftest.probes) do if p.name == "reach mountinfo's host paths" then probe = p end end
+    local status, detail = probe.run{ sb = sb, claims = {} }
+    require("sbx.fs").rmtree(a)
+    require("sbx.fs").rmtree(b)
+    assert.equal("FAIL", status, detail)
+    assert.matches(a:gsub("%p", "%%%0") .. " %(mounted at " .. b:gsub("%p", "%%%0"), detail)
+  end)
+
   it("has a network probe that fails when the network is on", function()
     if not have_bwrap then return pending("bwrap unavailable") end
     if #selftest.host_addresses() == 0 then return pending("no host address to reach") end

@@ -60,12 +60,24 @@ M.RLIMITS = { as_mb = { "as", 1048576, 16 }, cpu_secs = { "cpu", 1, 1 },
               fsize_mb = { "fsize", 1048576, 1 }, nofile = { "nofile", 1, 16 } }
 -- Paths of the sandbox the file API does not reach.
 local SPECIAL = { "/proc", "/dev" }
+-- Kernel knobs of /proc (Docker's default masked and read-only paths):
+-- "ro" bound read-only (/proc/sys is global: kernel.core_pattern there runs
+-- a program as host root), "mask" hidden (/dev/null or an empty read-only
+-- tmpfs in their place). Only those the host's /proc has.
+M.PROC = { sys = "ro", fs = "ro", bus = "ro", irq = "ro", ["sysrq-trigger"] = "mask",
+           kcore = "mask", keys = "mask", latency_stats = "mask", timer_list = "mask",
+           timer_stats = "mask", sched_debug = "mask", acpi = "mask", asound = "mask", scsi = "mask" }
+-- User-mode networking for allow_internet: slirp4netns in the sandbox's
+-- own network namespace, with the host's loopback out of reach.
+M.SLIRP_ARGS = { "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
+                 "--enable-seccomp" }
+M.SLIRP_DNS = "10.0.2.3"
 
 M.descriptor = {
   name = "bwrap",
   description = "bubblewrap namespaces (user, pid, ipc, uts, cgroup, net) over a private root directory",
   isolation = "namespace",
-  capabilities = { "exec", "files", "streaming", "background", "resume", "network" },
+  capabilities = { "exec", "files", "streaming", "background", "resume", "network" },  -- network: below
   options = { workdir = true, allow_internet = true, backend_options = true },
   price = { per_hour = 0, per_vcpu_hour = 0, per_gib_hour = 0 },
   regions = {},
@@ -79,6 +91,13 @@ do   -- claim the options this machine's cgroup controllers can enforce
     if ok and ctl[c] then M.descriptor.options[opt], M.descriptor.limits[opt] = true, true end
   end
   M.descriptor.limits.pids = ok and ctl.pids ~= nil or false
+end
+-- Internet only through slirp4netns: without it no "network" capability,
+-- and a create asking for allow_internet = true raises.
+M.slirp = proc.which("slirp4netns", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+if not M.slirp then
+  local caps = M.descriptor.capabilities
+  for i = #caps, 1, -1 do if caps[i] == "network" then table.remove(caps, i) end end
 end
 
 local function fail(kind, msg, op, code)
@@ -121,9 +140,23 @@ local layout_cache
 ---(tmpfs tops and the parents of the binds inside them).
 function M.layout()
   if layout_cache then return layout_cache end
-  local L = { binds = {}, hidden = {}, links = {}, tmpfs = {}, virtual = {} }
+  local L = { binds = {}, hidden = {}, links = {}, tmpfs = {}, virtual = {}, proc = {} }
+  -- a look that failed for want of fds or memory says nothing about the
+  -- host: such a layout is used once, not kept (a probe under EMFILE
+  -- would otherwise leave every later sandbox without /usr)
+  local transient = false
+  local function lookup(dir, name)
+    local st, _, code = native.lookup(dir, name)
+    if not st and code ~= "ENOENT" and code ~= "ENOTDIR" then transient = true end
+    return st
+  end
+  for name, how in pairs(M.PROC) do
+    local st = lookup("/proc", name)
+    if st then L.proc[#L.proc + 1] = { name = "/proc/" .. name, how = how, dir = st.type == "dir" } end
+  end
+  table.sort(L.proc, function(a, b) return a.name < b.name end)
   for _, name in ipairs(M.SYSTEM) do
-    local st = native.lookup("/", name)
+    local st = lookup("/", name)
     if st and st.type == "link" then
       L.links[#L.links + 1] = { name = name, target = st.target }
     elseif readable(st) and st.type == "dir" then
@@ -135,15 +168,19 @@ function M.layout()
     L.virtual[t] = true
   end
   for _, top in ipairs(M.FILTERED) do
-    local st = native.lookup("/", top:sub(2))
+    local st = lookup("/", top:sub(2))
     if readable(st) and st.type == "dir" then
       L.binds[#L.binds + 1] = { src = top, dest = top, dir = true }
-      for _, e in ipairs(native.hidden(top) or {}) do L.hidden[#L.hidden + 1] = e end
+      local hid = native.hidden(top)
+      if not hid then transient = true end
+      for _, e in ipairs(hid or {}) do L.hidden[#L.hidden + 1] = e end
       -- links of its top level into a tmpfs (resolv.conf -> /run/...): bind their targets
-      for _, name in ipairs(fs.list_host(top) or {}) do
-        local l = native.lookup(top, name)
+      local names = fs.list_host(top)
+      if not names then transient = true end
+      for _, name in ipairs(names or {}) do
+        local l = lookup(top, name)
         local real = l and l.type == "link" and native.realpath(top .. "/" .. name)
-        local rst = real and native.lookup("/", real:sub(2))
+        local rst = real and lookup("/", real:sub(2))
         for _, t in ipairs(L.tmpfs) do
           if real and under(real, t) and real ~= t and readable(rst) and rst.type == "file" then
             L.binds[#L.binds + 1] = { src = real, dest = real, dir = false, inner = t }
@@ -154,7 +191,7 @@ function M.layout()
       end
     end
   end
-  layout_cache = L
+  if not transient then layout_cache = L end
   return L
 end
 
@@ -199,11 +236,20 @@ local function base_args(h, o)
   local a = { "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
               "--unshare-cgroup-try" }
   local function add(...) for _, x in ipairs{ ... } do a[#a + 1] = x end end
-  if not h.net then add("--unshare-net") end
+  -- always an own network namespace: the holder's (internet through
+  -- slirp4netns), or a new one
+  if not (h.ns and h.net) then add("--unshare-net") end
   if not (o and o.no_disable_userns) and not M.no_disable_userns then add("--disable-userns") end
+  -- in the holder's user namespace (without root) we are its uid 0: the
+  -- sandbox keeps seeing our own ids, as with a user namespace of bwrap's
+  if h.ns and not h.uid then
+    local u, g = native.getuid()
+    add("--uid", tostring(u), "--gid", tostring(g))
+  end
   add("--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", M.HOSTNAME)
-  if h.root then add("--bind", h.dir, "/") end
-  if h.workdir then add("--bind", h.workdir, M.WORKDIR) end
+  local view = h.ns and h.uid       -- the holder's mount view (sbxlua as root)
+  if h.root then add("--bind", view and M.VIEW .. "/root" or h.dir, "/") end
+  if h.workdir then add("--bind", view and M.VIEW .. "/work" or h.workdir, M.WORKDIR) end
   for _, b in ipairs(L.binds) do
     if not b.inner then add("--ro-bind", b.src, b.dest) end
   end
@@ -223,8 +269,21 @@ local function base_args(h, o)
       if b.inner == t then add("--ro-bind", b.src, b.dest) end
     end
   end
-  add("--proc", "/proc", "--dev", "/dev", "--seccomp", "3", "--clearenv")
+  add("--proc", "/proc")
+  for _, m in ipairs(L.proc) do
+    if m.how == "ro" then add("--ro-bind", m.name, m.name)
+    elseif m.dir then add("--perms", "0555", "--tmpfs", m.name, "--remount-ro", m.name)
+    else add("--ro-bind", "/dev/null", m.name) end
+  end
+  if h.net and h.resolv then add("--ro-bind-data", "5", h.resolv) end
+  add("--dev", "/dev", "--seccomp", "3", "--clearenv")
   for _, x in ipairs(o and o.extra or {}) do add(x) end
+  -- a command's environment (a bwrap per command) goes with the options
+  -- through --args, never on bwrap's command line (/proc/<pid>/cmdline)
+  for _, kv in ipairs(o and o.env or {}) do
+    local k, v = kv:match("^([^=]*)=(.*)$")
+    add("--setenv", k, v)
+  end
   return a
 end
 
@@ -234,15 +293,219 @@ end
 local function command_line(h, o)
   local opts = base_args(h, o)
   local blob = table.concat(opts, "\0") .. "\0"
-  if #blob <= 65536 then return { M.bwrap, "--args", "4" }, { SECCOMP, blob } end
+  local fds = { SECCOMP, blob, h.net and h.resolv and M.resolv_data() or nil }
+  if #blob <= 65536 then return { M.bwrap, "--args", "4" }, fds end
   table.insert(opts, 1, M.bwrap)
-  return opts, { SECCOMP }
+  fds[2] = ""
+  return opts, fds
 end
 
+-- ------------------------------------------------------------ the network
+
+-- Where a sandbox's resolv.conf must name slirp4netns's DNS forwarder: the
+-- host's names a loopback resolver (systemd-resolved's 127.0.0.53), which
+-- the sandbox's own network namespace does not reach. nil: keep the host's.
+function M.resolv_target()
+  local data = fs.read_host("/etc/resolv.conf", 65536) or ""
+  local loopback = false
+  for ns in data:gmatch("nameserver%s+(%S+)") do
+    if ns:match("^127%.") or ns == "::1" then loopback = true end
+  end
+  if not loopback then return nil end
+  local real = native.realpath("/etc/resolv.conf")
+  if real and real ~= "/etc/resolv.conf" then
+    for _, b in ipairs(M.layout().binds) do if b.dest == real then return real end end
+  end
+  return "/etc/resolv.conf"
+end
+
+function M.resolv_data()
+  local out = { "nameserver " .. M.SLIRP_DNS }
+  for line in (fs.read_host("/etc/resolv.conf", 65536) or ""):gmatch("[^\n]+") do
+    if line:match("^%s*search%s") or line:match("^%s*options%s") then out[#out + 1] = line end
+  end
+  return table.concat(out, "\n") .. "\n"
+end
+
+-- ------------------------------------------------------------ host root
+
+-- When sbxlua runs as root, no sandbox process is host root: each sandbox
+-- has a holder process (created on its first command, again after a
+-- resume) owning a user namespace that maps uid and gid 0 onto M.ids()
+-- (unprivileged host ids), with its network namespace when the sandbox has
+-- the internet (slirp4netns attached once, for every command) and a mount
+-- namespace where the sandbox's host directories appear under M.VIEW (the
+-- unprivileged uid could not reach them under a state dir like /root's).
+-- Every bwrap starts in those namespaces (sbx.proc's setns) as that
+-- namespace's root, and its own user namespace nests inside.
+M.VIEW = "/run/sbxlua-bwrap"
+M.DEFAULT_ID = 100000
+
+local ids_cache
+---The host uid and gid sandboxes of root run as: root's first subordinate
+---ids (/etc/subuid, /etc/subgid), else M.DEFAULT_ID.
+function M.ids()
+  if ids_cache then return ids_cache[1], ids_cache[2] end
+  local function first(file)
+    for line in (fs.read_host(file, 1 << 20) or ""):gmatch("[^\n]+") do
+      local who, start = line:match("^([^:]+):(%d+):%d+")
+      if who == "root" or who == "0" then return tonumber(start) end
+    end
+    return M.DEFAULT_ID
+  end
+  ids_cache = { first("/etc/subuid"), first("/etc/subgid") }
+  return ids_cache[1], ids_cache[2]
+end
+
+function M.as_root() return native.getuid() == 0 end
+
+-- Give sandbox path rel of the root directory (each component) to the sandbox's ids.
+local function own(h, rel)
+  if not h.uid then return end
+  local ok, err, code = native.chown(h.dir, rel or "", h.uid, h.gid)
+  if not ok then errors.core("chown: " .. tostring(err), code, "bwrap", "chown") end
+end
+M._own = own
+
+local HOLDER = 'set -e; mount -t tmpfs -o mode=0711,size=64k sbx "$1"; mkdir "$1/root" "$1/work";'
+  .. ' touch "$1/agent"; mount --bind "$2" "$1/root";'
+  .. ' if [ -n "$3" ]; then mount --bind "$3" "$1/work"; fi;'
+  .. ' mount --bind "$4" "$1/agent"; mount -o remount,bind,ro "$1/agent";'
+  .. ' exec unshare --user $5 sleep infinity'
+
+local agent_file     -- below
+
+local function alive(pid)
+  local st = fs.read_host("/proc/" .. pid .. "/stat", 4096)
+  return st ~= nil and not st:match("^%d+ %b() [ZX]")
+end
+
+local function kill_holder(h)
+  local hd = h.holder
+  h.holder, h.ns = nil, nil
+  if not hd then return end
+  for _, p in ipairs{ hd.p, hd.slirp } do pcall(p.kill, p) pcall(p.close, p) end   -- slirp: nil without internet
+end
+
+local function holder_fail(h, p, msg)
+  local out = ""
+  if p then
+    pcall(p.kill, p)
+    local r = p:wait()
+    out = ((r and r.stderr or "") .. (r and r.stdout or "")):gsub("%s+$", "")
+    p:close()
+  end
+  kill_holder(h)
+  fail("SandboxExecutionError", "cannot start the sandbox's namespaces: " .. msg
+       .. (out ~= "" and (" (" .. out .. ")") or ""), "exec")
+end
+
+local function poll(cond, secs)
+  local loop = require "sbx.loop"
+  for _ = 1, math.floor(secs / 0.002) do
+    local v = cond()
+    if v ~= nil then return v end
+    loop.sleep(0.002)
+  end
+end
+
+---The sandbox's holder namespaces (files for setns: root's { mnt, net?,
+---user }, else { user, net }), started when needed. Without root a holder
+---only keeps the network namespace of a sandbox with the internet.
+local start_holder
+
+local function holder_of(h)
+  if not h.uid and not h.net then return nil end
+  -- one start at a time: tasks asking meanwhile wait for it (h.ns is
+  -- whole or nil, never a namespace list still being made)
+  while h.holder_starting do require("sbx.loop").sleep(0.002) end
+  if h.holder and alive(h.holder.p.pid) then return h.ns end
+  kill_holder(h)
+  h.holder_starting = true
+  local ok, ns = pcall(start_holder, h)
+  h.holder_starting = nil
+  if not ok then error(ns, 0) end
+  return ns
+end
+
+function start_holder(h)
+  local env = { "PATH=" .. require("sbx.sandbox").DEFAULT_PATH }
+  local p, err, pid
+  if h.uid then
+    local file, ferr = agent_file()
+    if not file then holder_fail(h, nil, "cannot write the agent: " .. tostring(ferr)) end
+    local ok, merr = fs.mkdir_host(M.VIEW)
+    if not ok then holder_fail(h, nil, tostring(merr)) end
+    p, err = proc.spawn{ argv = { "unshare", "--mount", "--propagation", "slave", "--", "/bin/sh", "-c",
+        HOLDER, "sbx-holder", M.VIEW, h.dir, h.workdir or "", file, h.net and "--net" or "" },
+      env = env, max_output = 8192, cgroup = h.cg, join = h.join }
+    if not p then holder_fail(h, nil, tostring(err)) end
+    pid = p.pid
+    local own_user = native.lookup("/proc/self/ns", "user").target
+    local up = poll(function()
+      if not alive(pid) then return false end
+      local st = native.lookup("/proc/" .. pid .. "/ns", "user")
+      if st and st.target ~= own_user then return true end
+    end, 10)
+    if not up then holder_fail(h, p, up == false and "the holder ended" or "the holder did not start") end
+    for file_, id in pairs{ uid_map = h.uid, gid_map = h.gid } do
+      local f, ferr2 = io.open("/proc/" .. pid .. "/" .. file_, "w")
+      local wok, werr = f and f:write("0 " .. id .. " 1\n")
+      if f then wok, werr = f:close() end
+      if not wok then holder_fail(h, p, file_ .. ": " .. tostring(ferr2 or werr)) end
+    end
+  else              -- unshare maps our uid to 0 itself
+    p, err = proc.spawn{ argv = { "unshare", "--user", "--map-root-user", "--net", "sleep", "infinity" },
+      env = env, max_output = 8192, cgroup = h.cg, join = h.join }
+    if not p then holder_fail(h, nil, tostring(err)) end
+    pid = p.pid
+    -- its own user namespace first: before unshare(2), gid_map shows ours
+    local own_user = native.lookup("/proc/self/ns", "user").target
+    local up = poll(function()
+      if not alive(pid) then return false end
+      local st = native.lookup("/proc/" .. pid .. "/ns", "user")
+      if st and st.target ~= own_user and (fs.read_host("/proc/" .. pid .. "/gid_map", 4096) or "") ~= "" then
+        return true
+      end
+    end, 10)
+    if not up then holder_fail(h, p, up == false and "the holder ended" or "the holder did not start") end
+  end
+  local holder = { p = p }
+  h.holder = holder            -- killed with the sandbox if what follows fails
+  local base = "/proc/" .. pid .. "/ns/"
+  local ns = h.uid and { base .. "mnt" } or { base .. "user" }
+  if h.net then
+    ns[2] = base .. "net"
+    local argv = { M.slirp }
+    for _, a in ipairs(M.SLIRP_ARGS) do argv[#argv + 1] = a end
+    if not h.uid then argv[#argv + 1] = "--userns-path=" .. base .. "user" end
+    argv[#argv + 1] = tostring(pid)
+    argv[#argv + 1] = "tap0"
+    local sp, serr = proc.spawn{ argv = argv, env = {}, max_output = 65536, cgroup = h.cg, join = h.join }
+    if not sp then holder_fail(h, p, "slirp4netns: " .. tostring(serr)) end
+    holder.slirp = sp
+    local route = poll(function()
+      if not alive(sp.pid) then return false end
+      local t = fs.read_host("/proc/" .. pid .. "/net/route", 65536) or ""
+      if t:find("\ntap0%s+00000000") then return true end
+    end, 10)
+    if not route then
+      local r = sp:wait()
+      holder_fail(h, p, "slirp4netns did not configure the network: " .. tostring(r and r.stderr))
+    end
+  end
+  if h.uid then ns[#ns + 1] = base .. "user" end
+  h.ns = ns
+  return ns
+end
+
+-- A failure to start the probe at all (out of fds, processes, memory) says
+-- nothing about bwrap: `transient`, so the answer is not kept.
+local transient
 local function run_probe(argv, fds)
   local p, err = proc.spawn{ argv = argv, env = {}, timeout = 20, max_output = 8192,
                              fds = fds or { SECCOMP } }
-  if not p then return false, err end
+  if not p then transient = true return false, err end
   local r = p:wait()
   p:close()
   if r.exit_code == 0 then return true end
@@ -309,7 +572,12 @@ local probed
 ---asking at once may each probe; the last answer stays.
 function M.probe(force)
   if probed and not force then return probed end
+  transient = false
   local r = probe()
+  if transient and not r.ok then
+    r.reason = tostring(r.reason) .. " (could not start the probe; asked again next time)"
+    return r
+  end
   probed = r
   return r
 end
@@ -332,6 +600,10 @@ function M.doctor()
       .. " Ubuntu >= 24.04: sysctl -w kernel.apparmor_restrict_unprivileged_userns=0)")
   add(r.netns ~= false, "network namespaces (allow_internet = false)", r.netns == false and "refused" or "work",
       "a kernel with CONFIG_NET_NS, and user namespaces allowed to create them")
+  add(M.slirp ~= nil, "internet (allow_internet = true)", M.slirp and ("slirp4netns " .. M.slirp
+      .. " in each sandbox's own network namespace; the host's 127.0.0.1 and abstract sockets are out of reach")
+      or "slirp4netns is not installed: bwrap offers allow_internet = false only (no network capability)",
+      "apt-get install slirp4netns")
   add(SECCOMP ~= nil, "seccomp filter", SECCOMP and (#native.denied() .. " calls refused (" ..
       table.concat(native.denied(), ", ", 1, 6) .. ", ...)") or "no filter for this architecture")
   if r.ok and not r.disable_userns then
@@ -346,8 +618,10 @@ function M.doctor()
       .. " when it is requested); per-process rlimits via backend_options.rlimits (as_mb, cpu_secs,"
       .. " fsize_mb, nofile)")
   if native.getuid() == 0 then
-    add(nil, "running as root", "sandboxes hold host uid 0 without capabilities; what in /etc is not"
-        .. " readable by everyone is hidden from them (" .. #M.layout().hidden .. " entries)")
+    local u, g = M.ids()
+    add(nil, "running as root", "sandboxes run as host uid " .. u .. ", gid " .. g .. " (root inside;"
+        .. " /etc/subuid's first range of root, else " .. M.DEFAULT_ID .. "); a workdir must be writable"
+        .. " by that uid; what in /etc is not readable by everyone is hidden (" .. #M.layout().hidden .. " entries)")
   end
   add(nil, "exec path", (M.exec_mode or os.getenv("SBX_BWRAP_EXEC")) == "direct"
       and "a new bwrap for every command (SBX_BWRAP_EXEC=direct)"
@@ -394,8 +668,10 @@ end
 local function handle(st)
   local L = M.layout()
   local h = { id = st.id, dir = st.dir, workdir = st.workdir, own = st.own, cg = st.cg, join = st.join,
-              session = st.session, net = st.net and true or false, rlimits = st.rlimits or { core = 0 },
-              roots = {} }
+              session = st.session, net = st.net and M.slirp ~= nil or false,
+              rlimits = st.rlimits or { core = 0 }, roots = {} }
+  if M.as_root() then h.uid, h.gid = M.ids() end
+  h.resolv = h.net and M.resolv_target() or nil
   h.mounts = mounts_of(L, h.dir, h.workdir)
   h.top = top_entries(L, h.workdir)
   local root, rerr, rcode = fs.open_root(h.dir)
@@ -430,6 +706,10 @@ end
 ---@param spec table id=, session=, workdir=, allow_internet=, backend_options=, cpu=, memory_mb=
 function M.create(spec)
   local rlim = check_options(spec)
+  if spec.allow_internet == true and not M.slirp then
+    fail("FeatureNotSupportedError", "allow_internet = true needs slirp4netns (apt-get install slirp4netns):"
+         .. " without it bwrap sandboxes have no network", "create")
+  end
   if spec.workdir then
     local root = fs.open_root(spec.workdir)
     if not root then
@@ -461,6 +741,8 @@ function M.create(spec)
     M.destroy(h)
     fail("SandboxCreationError", "cannot lay out the sandbox root: " .. perr, "create")
   end
+  local cok, cerr = pcall(function() for _, e in ipairs{ "", "workspace", "tmp" } do own(h, e) end end)
+  if not cok then M.destroy(h) error(cerr, 0) end
   return h
 end
 
@@ -503,6 +785,7 @@ end
 
 function M.destroy(h)
   if h.link then h.link:close() end
+  kill_holder(h)
   if h.cg then
     cgroup.remove(h.cg)
     limits.remove(h.session, h.id)   -- v1 groups, now empty
@@ -642,6 +925,8 @@ local function call(h, t, op, path, method, ...)
   local root = root_of(h, t.dir)
   local r, err, code = root[method](root, t.rel, ...)
   if r == nil then core_fail(op, path, err, code) end
+  -- the sandbox's own files, as if it had written them (sbxlua as root)
+  if h.uid and t.m.path == "/" and (method == "write" or method == "mkdir") then own(h, t.rel) end
   return r
 end
 
@@ -825,6 +1110,7 @@ end
 local function check_root(h)
   local ok, err = native.populate(h.dir, h.top)
   if not ok then fail("SandboxExecutionError", "the sandbox root is damaged: " .. err, "exec") end
+  if h.uid then own(h, "workspace") own(h, "tmp") end
   for _, e in ipairs(h.top) do
     if e.mount then
       local st = native.lookup(h.dir, e.name)
@@ -867,7 +1153,7 @@ local function prune(root, keep)
   end
 end
 
-local function agent_file()
+function agent_file()
   if agent_path then
     local f = io.open(agent_path, "rb")
     if f then f:close() return agent_path end
@@ -911,10 +1197,12 @@ local function open_link(h)
   local file, ferr = agent_file()
   if not file then return nil, "cannot write the agent: " .. tostring(ferr) end
   -- the bind names a host path: it goes with the options through --args
-  local argv, fds = command_line(h, { extra = { "--ro-bind", file, M.AGENT_IN } })
-  for _, x in ipairs{ "--chdir", "/", "--", M.AGENT_IN, "serve" } do argv[#argv + 1] = x end
+  local ns = holder_of(h)
+  local argv, fds = command_line(h, { extra = { "--ro-bind", ns and h.uid and M.VIEW .. "/agent" or file, M.AGENT_IN } })
+  for _, x in ipairs{ "--chdir", "/", "--" } do argv[#argv + 1] = x end
+  for _, x in ipairs{ M.AGENT_IN, "serve" } do argv[#argv + 1] = x end
   local p, err = proc.spawn{ argv = argv, env = {}, keep_stdin = true, stream = true, max_output = 0,
-                             cgroup = h.cg, join = h.join, fds = fds, rlimits = h.rlimits }
+                             cgroup = h.cg, join = h.join, fds = fds, rlimits = h.rlimits, setns = ns }
   if not p then return nil, err end
   return agentlink.open(transport(p), 10)
 end
@@ -953,6 +1241,11 @@ function M.spawn(h, req)
   elseif t.kind ~= "virtual" then
     not_found("exec", "cwd " .. tostring(req.cwd or M.WORKDIR))
   end
+  local cur, max = limits.pids(h.session, h.id, h.cg)
+  if cur and max and cur >= max then
+    fail("SandboxExecutionError", "the sandbox reached its process limit (" .. max .. "); destroy it or"
+         .. " kill its processes", "exec", "EAGAIN")
+  end
   local link = link_of(h)
   local prog = req.argv[1]
   -- the agent looks the program up itself, inside (this lookup from the
@@ -965,19 +1258,18 @@ function M.spawn(h, req)
       keep_stdin = req.keep_stdin, timeout = req.timeout, max_output = req.max_output,
       stream = req.stream, want_pid = req.want_pid }
   end
-  if not h.line then h.line, h.fds = command_line(h) end
-  local argv = table.move(h.line, 1, #h.line, 1, {})
-  for _, kv in ipairs(req.env) do
-    local k, v = kv:match("^([^=]*)=(.*)$")
-    argv[#argv + 1] = "--setenv"; argv[#argv + 1] = k; argv[#argv + 1] = v
+  local ns = holder_of(h)
+  local argv, fds = command_line(h, { env = req.env })
+  if argv[2] ~= "--args" then
+    fail("SandboxExecutionError", "the command's environment is over 64 KiB with the options", "exec", "E2BIG")
   end
   argv[#argv + 1] = "--chdir"; argv[#argv + 1] = cwd
   argv[#argv + 1] = "--"
   for _, a in ipairs(req.argv) do argv[#argv + 1] = a end
   local p, err, code = proc.spawn{
     argv = argv, env = {}, stdin = req.stdin, keep_stdin = req.keep_stdin, timeout = req.timeout,
-    max_output = req.max_output, stream = req.stream, cgroup = h.cg, join = h.join, fds = h.fds,
-    rlimits = h.rlimits,
+    max_output = req.max_output, stream = req.stream, cgroup = h.cg, join = h.join, fds = fds,
+    rlimits = h.rlimits, setns = ns,
   }
   if not p then fail("SandboxExecutionError", err, "exec", code) end
   return p

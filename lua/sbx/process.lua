@@ -49,6 +49,9 @@ end
 ---Release the process (its sandbox is going): kills what still runs.
 function M.close(bp) pcall(bp._p.close, bp._p) end
 
+---Is the process still running? (No method of API.md's Process: for sbxlua's own checks.)
+function M.running(bp) return bp._p:running() end
+
 function Process:write(data)
   if type(data) ~= "string" then check.bad("write", "data must be a string") end
   local ok, err = self._p:write(data)

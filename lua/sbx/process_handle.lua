@@ -69,7 +69,8 @@ M.Base = Base
 
 ---A handle class on the base: `methods` (the driver's hooks and anything
 ---else) with the base's read, wait, write, close_stdin, expire, close and
----__close behind them.
+---__close behind them. No __gc: close() may wait (a kill over the link or
+---the engine), which a finalizer must not.
 function M.class(methods)
   local C = setmetatable(methods or {}, { __index = Base })
   C.__index = C

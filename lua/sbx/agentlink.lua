@@ -5,15 +5,13 @@
 local loop = require "sbx.loop"
 local wire = require "sbx.wire"
 local errors = require "sbx.errors"
+local handle = require "sbx.process_handle"
 
 local M = {}
 
-M.SIGNAMES = { [1] = "SIGHUP", [2] = "SIGINT", [3] = "SIGQUIT", [4] = "SIGILL", [6] = "SIGABRT",
-  [7] = "SIGBUS", [8] = "SIGFPE", [9] = "SIGKILL", [10] = "SIGUSR1", [11] = "SIGSEGV",
-  [12] = "SIGUSR2", [13] = "SIGPIPE", [14] = "SIGALRM", [15] = "SIGTERM" }
-M.STRERROR = setmetatable({}, { __index = function(_, n) return (select(2, errors.errno_name(n))) end })
--- errno numbers the agent reports -> their names ("ENOENT"), from the C library
-M.ERRNO = setmetatable({}, { __index = function(_, n) return (errors.errno_name(n)) end })
+-- Signal and errno names, and the result of a finished command: the
+-- process-handle base's (kept here for the scripts and callers that use them).
+M.SIGNAMES, M.STRERROR, M.ERRNO = handle.SIGNAMES, handle.STRERROR, handle.ERRNO
 -- the errno of a file operation whose link broke (the link, not the file, failed)
 M.BROKEN = -2
 
@@ -30,33 +28,7 @@ end
 
 ---The result table of a finished command from the supervisor's status
 ---{kind, n}; raises for a command that never started.
-function M.result(st, fields, argv0, cwd)
-  local r = fields
-  r.timed_out = false
-  if st.kind == "exit" then
-    r.exit_code = st.n
-  elseif st.kind == "signal" then
-    r.signal = M.SIGNAMES[st.n] or ("SIG" .. st.n)
-  elseif st.kind == "timeout" or (st.kind == "killed" and st.expired) then
-    r.timed_out, r.signal = true, "SIGKILL"
-  elseif st.kind == "killed" then
-    r.signal = "SIGKILL"
-  elseif st.kind == "noexec" then
-    errors.raise("SandboxExecutionError", "spawn: " .. argv0 .. ": " .. (M.STRERROR[st.n] or ("errno " .. st.n)),
-                 { op = "exec", errno = M.ERRNO[st.n] })
-  elseif st.kind == "nocwd" then
-    errors.raise(st.n == 2 and "FileNotFoundError" or "PathError",
-                 "cwd " .. tostring(cwd) .. ": " .. (M.STRERROR[st.n] or ("errno " .. st.n)),
-                 { op = "exec", errno = M.ERRNO[st.n] })
-  elseif st.broken then     -- the link to the agent broke: retryable, as any lost connection
-    fail("SandboxConnectionError", "exec: the link to the sandbox's agent broke before the command's status came"
-         .. (st.why and (" (" .. st.why .. ")") or "") .. "; the sandbox may have stopped", "exec")
-  else
-    fail("SandboxExecutionError", "exec: the command's supervisor ended without a status"
-         .. (st.why and (" (" .. st.why .. ")") or "") .. "; the sandbox may have stopped", "exec")
-  end
-  return r
-end
+M.result = handle.result
 
 ---A short, stable name for an agent build (FNV-1a over a sample of it).
 function M.hash(blob)
@@ -281,18 +253,15 @@ end
 
 -- ------------------------------------------------------------- commands
 
-local Exec = {}
-Exec.__index = Exec
-Exec.__close = function(e) e:close() end
+-- A command on the link: a ProcessHandle on the base (process_handle.lua);
+-- its output comes in the link's frames, whoever reads them.
+local Exec = handle.class()
 
 ---Start a command. req: argv, env, cwd, stdin, keep_stdin, timeout,
 ---max_output, stream. Returns an Exec (read, wait, running, kill, expire,
 ---write, close_stdin, close).
 function Link:spawn(req)
-  local e = setmetatable({ link = self, argv0 = req.argv[1], cwd = req.cwd,
-    max = req.max_output or 1048576, streaming = req.stream, start = loop.now(),
-    out = {}, outn = 0, err = {}, errn = 0, truncated = false,
-    queue = {}, qhead = 1, qtail = 0, qbytes = 0 }, Exec)
+  local e = handle.new(Exec, req, { link = self })
   e.id = self:_id(e)
   local stdin = req.stdin or ""
   local big = #stdin > CHUNK
@@ -320,38 +289,12 @@ function Link:spawn(req)
   return e
 end
 
----Keep what fits under the cap of stream `which` (1 stdout, 2 stderr) and
----count the rest as truncated; any exec object with out, outn, err, errn,
----max and truncated (the engine path's too).
-function M.capture(self, which, data)
-  local n = which == 1 and self.outn or self.errn
-  local room = self.max - n
-  if #data > room then
-    self.truncated = true
-    data = data:sub(1, room)
-  end
-  if #data > 0 then
-    local buf = which == 1 and self.out or self.err
-    buf[#buf + 1] = data
-    if which == 1 then self.outn = n + #data else self.errn = n + #data end
-  end
-end
-
-Exec._capture = M.capture
-
 function Exec:_on(f)
   if f.kind == "O" then
-    local which = f.payload:byte(1)
-    local data = f.payload:sub(2)
-    self:_capture(which, data)
-    if self.streaming and #data > 0 then
-      self.qtail = self.qtail + 1
-      self.queue[self.qtail] = { which == 1 and "stdout" or "stderr", data }
-      self.qbytes = self.qbytes + #data
-      if self.qbytes > HIGH and not self.paused and not self.status then
-        self.paused = true
-        self.link.control[#self.link.control + 1] = wire.frame("S", self.id)
-      end
+    if self:_deliver(f.payload:byte(1), f.payload:sub(2))
+       and self.qbytes > HIGH and not self.paused and not self.status then
+      self.paused = true
+      self.link.control[#self.link.control + 1] = wire.frame("S", self.id)
     end
   elseif f.kind == "P" then
     self.pid = wire.fields("P", f.payload)
@@ -367,53 +310,32 @@ function Exec:_on(f)
 end
 
 function Exec:_end()
-  self.duration = loop.now() - self.start
+  self:_ended()
   self.link.waiting[self.id] = nil
 end
 
 function Exec:_lost(why)
   if self.status then return end
   self.status = { kind = "lost", why = why, broken = true }
-  self.duration = loop.now() - self.start
+  self:_ended()
 end
 
--- If the caller is cancelled (or errors) mid-wait, the command must die too.
-function Exec:_guard(fn)
-  local ok, err = pcall(fn)
-  if not ok then
-    pcall(self.kill, self)
-    error(err, 0)
-  end
+-- The driver's side of the base (process_handle.lua).
+function Exec:_more() return not self.status and self.link:_pump() end
+
+function Exec:_status()
+  if not self.status then self:_lost(self.link.broken or "closed") end
+  return self.status
 end
 
-function Exec:read()
-  self:_guard(function()
-    while self.qhead > self.qtail and not self.status and self.link:_pump() do end
-  end)
-  local item = self.queue[self.qhead]
-  if not item then return nil end
-  self.queue[self.qhead] = nil
-  self.qhead = self.qhead + 1
-  self.qbytes = self.qbytes - #item[2]
-  if self.paused and self.qbytes < LOW then self:_go() end
-  return item[1], item[2]
+-- Under LOW bytes queued again (or wait() takes the rest): the agent goes on.
+function Exec:_flow(all)
+  if self.paused and (all or self.qbytes < LOW) then self:_go() end
 end
 
 function Exec:_go()
   self.paused = false
   if not self.status then self.link:_send(wire.frame("G", self.id)) end
-end
-
-function Exec:wait()
-  self.streaming = false
-  if self.paused then self:_go() end
-  self:_guard(function() while not self.status and self.link:_pump() do end end)
-  if not self.status then self:_lost(self.link.broken or "closed") end
-  local st = self.status
-  st.expired = self.expired
-  return M.result(st, { stdout = table.concat(self.out), stderr = table.concat(self.err),
-    truncated = self.truncated, duration_ms = math.floor(self.duration * 1000 + 0.5) },
-    self.argv0, self.cwd)
 end
 
 function Exec:running() return not self.status end
@@ -423,13 +345,7 @@ function Exec:kill(sig)
   self.link:_send(wire.signal(self.id, sig or 9))
 end
 
-function Exec:expire()
-  self.expired = true
-  self:kill(9)
-end
-
-function Exec:write(data)
-  if self.status or self.stdin_closed then return nil, "write: stdin is closed", "EPIPE" end
+function Exec:_write(data)
   for pos = 1, #data, CHUNK do
     local ok, err = self.link:_send(wire.stdin(self.id, data:sub(pos, pos + CHUNK - 1)))
     if not ok then return nil, "write: " .. tostring(err), "EPIPE" end
@@ -437,20 +353,11 @@ function Exec:write(data)
   return true
 end
 
-function Exec:close_stdin()
-  if not self.stdin_closed and not self.status then
-    self.stdin_closed = true
-    self.link:_send(wire.stdin(self.id, ""))
-  end
-end
+function Exec:_end_stdin() self.link:_send(wire.stdin(self.id, "")) end
 
-function Exec:close()
-  if not self.status then
-    pcall(self.kill, self, 9)
-    self.link.waiting[self.id] = nil
-    self.status = { kind = "killed" }
-  end
-  if self.writer then self.writer:cancel() end
+function Exec:_release()
+  self.link.waiting[self.id] = nil
+  self.status = { kind = "killed" }
 end
 
 return M

@@ -69,16 +69,16 @@ local function run_root(command, fn, ...)
   local function on_signal(sig)
     if status then return end
     status = sig == "SIGINT" and 130 or 143
-    owner.shutting_down = true
+    owner.shut_down()
     io.stderr:write("sbxlua: ", sig, ": stopping; destroying sandboxes (again to force)\n")
     root:cancel()
   end
   loop.on_signal(on_signal)
   -- A second signal kills the session's process trees from the handler.
-  owner.on_session = function(s)
+  owner.on_session(function(s)
     local base = require("sbx.backends.local").containment()
     if base then loop.on_signal(on_signal, base .. "/" .. s.id) end
-  end
+  end)
   loop.run(root)
   local ok, err = root:join()
   if ok and not status then status = math.tointeger(err) end

@@ -29,6 +29,26 @@ local M = {}
 ---@field expire fun(self)         the caller's deadline passed: kill it and report timed_out
 ---@field close fun(self)          release everything; idempotent (also __close/__gc)
 
+---@class ProcessHandleBase: ProcessHandle  process_handle.class{...}: the shared half (lua/sbx/process_handle.lua)
+---@field out string[]               kept stdout (at most max bytes; outn counts them)
+---@field err string[]               kept stderr (errn counts them)
+---@field max integer                bytes kept per stream (req.max_output, default 1 MiB)
+---@field truncated boolean          output went past max
+---@field streaming boolean          req.stream: delivered chunks queue for read()
+---@field qbytes integer             bytes queued and not yet read
+---@field expired? boolean           expire() was called
+---@field stdin_closed? boolean
+---@field writer? table              a task feeding stdin; close() cancels it
+---@field _deliver fun(self, which: integer, data: string): boolean  output of stream 1|2 arrived (capped, queued)
+---@field _ended fun(self)           the command ended: stops the clock of duration_ms
+---@field _more fun(self): boolean   driver: read and _deliver some more (may wait); false at the end
+---@field _status fun(self): table   driver: { kind = exit|signal|timeout|killed|noexec|nocwd|lost, n =, why =, broken = }
+---@field _write fun(self, data: string): boolean?, string?, string?  driver: feed stdin
+---@field _end_stdin fun(self)       driver: end of input
+---@field _release fun(self)         driver: close() of a command still running, after its kill
+---@field _flow? fun(self, all: boolean)  driver, optional: read() took chunks (all: wait() takes the rest)
+---@field _abandon? fun(self)        driver, optional: the waiting caller raised (after the kill)
+
 ---@class Provider
 ---@field descriptor ProviderDescriptor
 ---@field config_schema? table<string, string|table>  its keys under providers.NAME in sbx.yaml

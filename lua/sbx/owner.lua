@@ -16,13 +16,34 @@ local M = {}
 local session            -- { id=, journal=, lock= }
 local owned = {}         -- id -> Sandbox, in this process
 local order = {}         -- ids in creation order
-M.shutting_down = false
+local shutting_down = false
+local unfinished = false -- something may be left: the journal stays for gc
+local configured_dir     -- the config's state_dir (set_state_dir)
+local session_hook       -- fn(session) once the session is open (on_session)
+-- What each owned sandbox was claimed as: { seq =, task = } (the task that
+-- created or acquired it, and when), for sbx.parallel's cleanup.
+local claimed = setmetatable({}, { __mode = "k" })
+
+---sbxlua is stopping (a signal): no new sandboxes from now on.
+function M.shut_down() shutting_down = true end
+function M.is_shutting_down() return shutting_down end
+
+---Something of a sandbox may be left (a destroy or a create's cleanup
+---failed): the session's journal is kept at exit, for `sbxlua gc`.
+function M.keep_journal() unfinished = true end
+
+---The config's state_dir (nil: none); $SBX_STATE_DIR still comes first.
+function M.set_state_dir(dir) configured_dir = dir end
+
+---fn(session) runs once this process's session is open (one hook: a new
+---one replaces the last).
+function M.on_session(fn) session_hook = fn end
 
 ---The state directory: $SBX_STATE_DIR, the config's state_dir, $XDG_STATE_HOME/sbxlua, ~/.local/state/sbxlua.
 function M.state_dir()
   local d = os.getenv("SBX_STATE_DIR")
   if d and d ~= "" then return d end
-  if M.configured_state_dir then return M.configured_state_dir end   -- sbx.yaml state_dir
+  if configured_dir then return configured_dir end   -- sbx.yaml state_dir
   d = os.getenv("XDG_STATE_HOME")
   if d and d ~= "" then return d .. "/sbxlua" end
   return (os.getenv("HOME") or "/tmp") .. "/.local/state/sbxlua"
@@ -83,7 +104,7 @@ function M.session()
     lock:unlock()
     return nil, werr
   end
-  if M.on_session then M.on_session(session) end
+  if session_hook then session_hook(session) end
   return session
 end
 
@@ -164,7 +185,7 @@ end
 ---Journal the sandbox about to exist; raises SandboxCreationError when the
 ---journal cannot be written (nothing is created unrecorded).
 function M.before_create(entry)
-  if M.shutting_down then
+  if shutting_down then
     errors.raise("SandboxCreationError", "sbxlua is shutting down: no new sandboxes",
                  { backend = entry.backend, op = "create" })
   end
@@ -183,7 +204,7 @@ function M.before_create(entry)
 end
 
 -- Each engine call has its own deadline; this one bounds them all (G4):
--- what is still in flight then keeps the journal (M.unfinished) for gc.
+-- what is still in flight then keeps the journal (keep_journal) for gc.
 M.SETTLE_SECS = 30
 
 local function settle()
@@ -207,7 +228,7 @@ local function settle()
   end
   held = {}
   if late > 0 then
-    M.unfinished = true
+    unfinished = true
     io.stderr:write("sbxlua: at exit: ", late, " engine calls of creates still running after ", M.SETTLE_SECS,
                     " s; the journal stays for `sbxlua gc`\n")
   end
@@ -229,16 +250,32 @@ arm()
 local seq = 0
 function M.seq() return seq end
 
+---Own `sb`: it is destroyed at exit, and counts as made by the calling task.
 function M.add(sb)
   seq = seq + 1
-  sb._seq = seq
-  sb._task = require("sbx.loop").current()
+  claimed[sb] = { seq = seq, task = require("sbx.loop").current() }
   owned[sb.id] = sb
   order[#order + 1] = sb.id
   arm()
 end
 
 function M.remove(id) owned[id] = nil end
+
+---An owned sandbox handed to the calling task (a warm pool's acquire):
+---it counts as made by that task, after everything created so far.
+function M.claim(sb)
+  claimed[sb] = { seq = seq + 0.5, task = require("sbx.loop").current() }
+end
+
+---The owned sandboxes task `task` created or claimed after seq() was `mark`.
+function M.made_since(task, mark)
+  local list = {}
+  for _, sb in ipairs(M.owned()) do
+    local c = claimed[sb]
+    if c and c.task == task and c.seq > mark then list[#list + 1] = sb end
+  end
+  return list
+end
 
 function M.owned()
   local list = {}
@@ -289,9 +326,9 @@ function M.end_session()
     local p = providers.get(name)
     if p.forget_session and not pcall(p.forget_session, s.id) then all = false end
   end
-  -- a cgroup still busy, or a destroy that failed (M.unfinished): the
+  -- a cgroup still busy, or a destroy that failed (keep_journal): the
   -- journal stays, so `sbxlua gc` finishes the job
-  if all and not M.unfinished then os.remove(base .. ".jsonl") end
+  if all and not unfinished then os.remove(base .. ".jsonl") end
   os.remove(base .. ".lock")
   s.lock:unlock()
 end

@@ -33,6 +33,10 @@ local DEFAULTS = { timeout_secs = 3600, command_timeout_secs = 600, allow_intern
 
 local open = {}       -- open pools' states, oldest first (routing looks here)
 local count = 0
+-- Per sandbox of a pool (weak: a destroyed sandbox goes): the pool's state
+-- it belongs to, and whether it is "idle" or "acquired" (nil: neither).
+local pool_of = setmetatable({}, { __mode = "k" })
+local pooled = setmetatable({}, { __mode = "k" })
 
 local function same(a, b)
   if a == b then return true end
@@ -93,7 +97,7 @@ end
 
 -- An idle sandbox, kept in the order they became idle (oldest first).
 local function put_idle(st, sb, since)
-  sb._pooled = "idle"
+  pooled[sb] = "idle"
   local i = #st.idle + 1
   while i > 1 and st.idle[i - 1].since > since do i = i - 1 end
   table.insert(st.idle, i, { sb = sb, since = since, checked = loop.now() })
@@ -102,14 +106,14 @@ end
 local function take_idle(st)
   while #st.idle > 0 do
     local e = table.remove(st.idle, 1)
-    if e.sb._h then return e.sb, e.since end
+    if sandbox.live(e.sb) then return e.sb, e.since end
   end
 end
 
 -- The sandbox's destroy hook: count it out of the pool.
 local function forget(st, sb)
-  local was = sb._pooled
-  sb._pooled = nil
+  local was = pooled[sb]
+  pooled[sb] = nil
   if was == "acquired" then
     st.acquired = st.acquired - 1
   elseif was == "idle" then      -- its lifetime ended while idle: replace it
@@ -127,11 +131,11 @@ local function adopt(st, sb, since)
     pcall(sb.destroy, sb)
     return
   end
-  sb._pool = st
-  sb._on_destroy = st.on_destroy
+  pool_of[sb] = st
+  sandbox.on_destroy(sb, st.on_destroy)
   local w = table.remove(st.waiters, 1)
   if w then
-    sb._pooled = "idle"
+    pooled[sb] = "idle"
     w.sb, w.since = sb, since
     w.ev:notify()
   else
@@ -143,12 +147,11 @@ end
 -- and it counts as made by the calling task (sbx.parallel cleans up after
 -- a failed item what the item acquired, as what it created).
 local function hand_out(st, sb)
-  sb._pooled = "acquired"
+  pooled[sb] = "acquired"
   st.acquired = st.acquired + 1
   st.handed = st.handed + 1
-  if sb._ttl then sb._ttl:cancel() end
-  sandbox.expire_after(sb, st.ttl)
-  sb._task, sb._seq = loop.current(), owner.seq() + 0.5
+  sandbox.expire_after(sb, st.ttl)   -- instead of the lifetime it had idle
+  owner.claim(sb)
   poke(st)
   changed(st)
   return sb
@@ -157,7 +160,7 @@ end
 local function drain(st)
   while #st.idle > 0 do
     local e = table.remove(st.idle)
-    e.sb._pooled = nil
+    pooled[e.sb] = nil
     pcall(e.sb.destroy, e.sb)
   end
 end
@@ -175,7 +178,7 @@ local function start_create(st)
       st.created = st.created + 1
       st.fails, st.last_error, st.next_try = 0, nil, 0
       adopt(st, res, loop.now())
-    elseif not st.closed and not owner.shutting_down and not errors.is(res, "Cancelled") then
+    elseif not st.closed and not owner.is_shutting_down() and not errors.is(res, "Cancelled") then
       st.failed = st.failed + 1
       st.fails = st.fails + 1
       st.last_error = res
@@ -207,7 +210,7 @@ local function probe_idle(st)
   for _, e in ipairs(due) do
     local ok, alive = pcall(e.sb.is_alive, e.sb)
     e.checked = loop.now()
-    if not (ok and alive) and e.sb._pooled == "idle" and e.sb._h then   -- not taken meanwhile
+    if not (ok and alive) and pooled[e.sb] == "idle" and sandbox.live(e.sb) then   -- not taken meanwhile
       st.dead = st.dead + 1
       pcall(e.sb.destroy, e.sb)     -- its destroy hook (forget) takes it out and refills
     end
@@ -224,13 +227,13 @@ local function maintain(st)
       while #st.idle > 0 and loop.now() - st.idle[1].since >= st.max_idle do
         local e = table.remove(st.idle, 1)
         st.expired = st.expired + 1
-        e.sb._pooled = nil
+        pooled[e.sb] = nil
         pcall(e.sb.destroy, e.sb)
       end
     end
     if not st.closed then probe_idle(st) end
     if st.closed then break end
-    if not owner.shutting_down and loop.now() >= st.next_try then
+    if not owner.is_shutting_down() and loop.now() >= st.next_try then
       while not st.closed and #st.idle + st.creating < st.size and (st.fails == 0 or st.creating == 0) do
         start_create(st)
       end
@@ -321,7 +324,7 @@ function Pool:acquire(timeout)
     local sb = take_idle(st)
     if sb then return hand_out(st, sb) end
     if failing(st) then creation_error(st, st.last_error, "acquire") end
-    if owner.shutting_down then
+    if owner.is_shutting_down() then
       errors.raise("SandboxCreationError", "sbxlua is shutting down: no new sandboxes",
                    { backend = st.backend, op = "acquire", pool = st.name })
     end
@@ -330,7 +333,7 @@ function Pool:acquire(timeout)
     poke(st)
     local ok, res = pcall(w.ev.wait, w.ev, deadline and math.max(0, deadline - loop.now()))
     if w.sb then
-      if ok and w.sb._h then return hand_out(st, w.sb) end
+      if ok and sandbox.live(w.sb) then return hand_out(st, w.sb) end
       if not ok then adopt(st, w.sb, w.since) end   -- cancelled after it was ours: pass it on
     else
       for i, x in ipairs(st.waiters) do
@@ -355,7 +358,7 @@ function Pool:release(sb)
   if getmetatable(sb) ~= sandbox.Sandbox then
     check.bad("pool:release", "expected a sandbox from pool:acquire(), got " .. type(sb))
   end
-  if sb._pool ~= st then
+  if pool_of[sb] ~= st then
     check.bad("pool:release", "sandbox " .. sb.id .. " is not from pool '" .. st.name .. "'")
   end
   sb:destroy()
@@ -477,7 +480,7 @@ local EMPTY = setmetatable({}, { __newindex = function() error("read-only") end 
 -- Routing (router.decide / router.create) asks here for warm sandboxes that
 -- match a request: same backend, and every option that shapes the sandbox
 -- equal (routing-only options are the router's hard filter's business).
-router.warm = {
+router.add_warm_source{
   ---{ [backend] = idle sandboxes of matching pools }
   count = function(opts)
     if #open == 0 then return EMPTY end

@@ -5,8 +5,8 @@
 --- own, in the host's Lua state (its operations wait on HTTP and timers,
 --- which yield to the event loop). What it gets: the safe base library,
 --- copies of string/table/math/utf8, os.time/clock/date/difftime, and
---- http, json, base64, stream, timer, errors, agentlink, env(), config()
---- and builtin(). Reading any other global (io, require, debug, load,
+--- http, json, base64, stream, timer, errors, agentlink, process_handle,
+--- env(), config() and builtin(). Reading any other global (io, require, debug, load,
 --- package, ...) or os.execute raises ConfigError naming file:line.
 local errors = require "sbx.errors"
 local contract = require "sbx.contract"
@@ -21,7 +21,7 @@ local SAFE = { "assert", "error", "ipairs", "next", "pairs", "pcall", "rawequal"
 local WHY = {
   io = "use the contract's file operations; a provider never touches the host's files",
   require = "the modules a provider may use are globals already: http, json, base64, stream, "
-            .. "timer, errors, agentlink",
+            .. "timer, errors, agentlink, process_handle",
   os = "only os.time, os.clock, os.date and os.difftime are there; use env() for credentials",
   debug = "not available to provider scripts", package = "not available to provider scripts",
   load = "provider scripts cannot compile code", loadfile = "provider scripts cannot load files",
@@ -119,6 +119,10 @@ function M.environment(name)
   env.errors = { raise = errors.raise, is = errors.is, new = errors.new }
   local agentlink = require "sbx.agentlink"
   env.agentlink = { open = agentlink.open, result = agentlink.result }
+  -- The base of a ProcessHandle (output caps, read queue, result, close).
+  local handle = require "sbx.process_handle"
+  env.process_handle = { class = handle.class, new = handle.new, result = handle.result,
+                         MAX_OUTPUT = handle.MAX_OUTPUT }
   env.builtin = builtin
   -- Its own settings (providers.NAME in sbx.yaml, with the schema's defaults).
   env.config = function() return copy(require("sbx.config").provider(name)) end

@@ -266,6 +266,12 @@ end
 
 -- ----------------------------------------------------------- describing
 
+local describers = {}
+
+---fn(d) adds to each provider's description (the router: effective prices
+---and limits from the config) before describe() returns it.
+function M.on_describe(fn) describers[#describers + 1] = fn end
+
 ---name -> { available=, reason=, capabilities=, isolation=, price=, options=, ... }
 ---A provider that fails to load or to answer is unavailable, with the reason.
 function M.describe()
@@ -284,13 +290,13 @@ function M.describe()
     for k, v in pairs(p.descriptor) do d[k] = v end
     d.available, d.reason = ok and true or false, (not ok) and reason or nil
     if p.file then d.script = p.file end
-    if M.decorate then M.decorate(d) end
+    for _, fn in ipairs(describers) do fn(d) end
     out[name] = d
   end
   for _, name in ipairs(M.planned) do
     out[name] = { name = name, available = false, reason = "not in this build yet",
                   capabilities = {}, options = {} }
-    if M.decorate then M.decorate(out[name]) end
+    for _, fn in ipairs(describers) do fn(out[name]) end
   end
   return out
 end

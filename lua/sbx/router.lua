@@ -95,19 +95,19 @@ local function available(e, name, now)
 end
 
 -- Make `sbxlua providers` / sbx.providers() show effective prices too.
-providers.decorate = function(d)
+providers.on_describe(function(d)
   d.price = meter.price(d.name, d.price)
   d.price_per_hour = meter.hourly(d.price, {}, d.defaults)   -- a sandbox with the defaults
   local pc = config.provider(d.name)
   d.limits = { max_concurrent = pc.max_concurrent, max_creates_per_sec = pc.max_creates_per_sec }
   if pc.enabled == false then d.available, d.reason = false, "disabled in the config" end
-end
+end)
 
 -- A new config: forget what was worked out from the old one. (Providers
 -- read their own settings: config.provider(name).)
 config.on_change(function(cfg)
   avail, static = {}, nil
-  if cfg.state_dir then require("sbx.owner").configured_state_dir = cfg.state_dir end
+  if cfg.state_dir then require("sbx.owner").set_state_dir(cfg.state_dir) end
 end)
 
 -- ------------------------------------------------------- the hard filter
@@ -265,6 +265,42 @@ local function run_policy(pol, name, err, req, cands, stats, now)
   return plan, name, perr
 end
 
+-- ------------------------------------------------------- warm sources
+
+-- Where routing finds sandboxes made ahead of time (sbx.pool's open pools).
+local warm_sources = {}
+
+---Let routing take warm sandboxes from `src`: src.count(opts) -> { [backend]
+---= n } of sandboxes matching the request (nil or empty: none);
+---src.take(backend, opts, peek) -> sb, how | nil (with `peek`: only how,
+---nothing handed out).
+function M.add_warm_source(src)
+  assert(type(src) == "table" and type(src.count) == "function" and type(src.take) == "function",
+         "add_warm_source: expected { count = fn, take = fn }")
+  warm_sources[#warm_sources + 1] = src
+end
+
+-- backend -> warm sandboxes matching `opts`, summed over the sources (nil
+-- when there is no source).
+local function warm_count(opts)
+  if #warm_sources == 1 then return warm_sources[1].count(opts) or {} end
+  if #warm_sources == 0 then return nil end
+  local out = {}
+  for _, src in ipairs(warm_sources) do
+    for name, n in pairs(src.count(opts) or {}) do out[name] = (out[name] or 0) + n end
+  end
+  return out
+end
+
+-- The first source's matching warm sandbox on `backend`: sb, how (peek: how).
+local function warm_take(backend, opts, peek)
+  for _, src in ipairs(warm_sources) do
+    local sb, how = src.take(backend, opts, peek)
+    if sb then return sb, how end
+  end
+  return nil
+end
+
 ---The full decision for a request: candidates, skip reasons, policy, plan.
 function M.decide(opts)
   config.get()
@@ -276,7 +312,7 @@ function M.decide(opts)
   if #cands == 0 then d.order = {} return d end
   -- A backend with warm sandboxes of a matching pool (sbx.pool) creates in
   -- ~0 ms: its candidate says so (warm = n, create latency 0) to the policy.
-  local warm = M.warm and M.warm.count(opts)
+  local warm = warm_count(opts)
   if warm then
     for _, c in ipairs(cands) do
       c.warm = warm[c.name]
@@ -317,7 +353,7 @@ function M.route(opts)
     cands[i] = {}
     for k, v in pairs(c) do cands[i][k] = v end
   end
-  local warm = M.warm and M.warm.take(d.order[1], opts, true) or nil
+  local warm = warm_take(d.order[1], opts, true)
   return { order = d.order, reasons = d.reasons, plan = d.plan, candidates = cands,
            policy = d.policy, policy_error = d.policy_error, request = d.request, warm = warm }
 end
@@ -476,7 +512,7 @@ function M.create(opts, create_on)
   end
   -- The policy's first choice has a warm sandbox of a matching pool: take it.
   local sb, how
-  if M.warm then sb, how = M.warm.take(d.order[1], opts) end
+  sb, how = warm_take(d.order[1], opts)
   if sb then
     local entry = summary(d)
     entry.warm = how

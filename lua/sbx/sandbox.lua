@@ -3,6 +3,7 @@ local loop = require "sbx.loop"
 local errors = require "sbx.errors"
 local owner = require "sbx.owner"
 local check = require "sbx.check"
+local process = require "sbx.process"
 
 local M = {}
 
@@ -54,39 +55,14 @@ local function request(sb, argv, opts, op)
   }, opts
 end
 
--- Deliver streamed chunks to the callbacks, in the calling task.
-local function pump(p, opts)
-  while true do
-    local which, chunk = p:read()
-    if not which then return end
-    local cb = which == "stdout" and opts.on_stdout or opts.on_stderr
-    if cb then cb(chunk) end
-  end
-end
-
--- check = true: a non-zero exit, a signal or a timeout raises
--- CommandFailedError carrying the result (context.result).
-local function checked(sb, r, argv, op)
-  if r.exit_code == 0 and not r.signal and not r.timed_out then return r end
-  local how = r.timed_out and "timed out" or r.signal and ("killed by " .. r.signal)
-              or ("exit " .. tostring(r.exit_code))
-  local shown = argv[1] == "sh" and argv[2] == "-c" and argv[3] or table.concat(argv, " ")
-  if #shown > 200 then shown = shown:sub(1, 200) .. "..." end
-  local tail = (r.stderr ~= "" and r.stderr or r.stdout):sub(-500)
-  errors.raise("CommandFailedError", string.format("%s: %s failed (%s)%s", op, shown, how,
-               tail ~= "" and (": " .. tail) or ""),
-    { backend = sb.backend, op = op, context = { result = r, argv = argv, exit_code = r.exit_code,
-      signal = r.signal, timed_out = r.timed_out } })
-end
-
 local function run(sb, argv, opts, op)
   local h = live(sb, op)
   local req
   req, opts = request(sb, argv, opts, op)
   local p <close> = sb._p.spawn(h, req)
-  if req.stream then pump(p, opts) end
+  if req.stream then process.pump(p, opts) end
   local r = p:wait()
-  if opts.check then return checked(sb, r, argv, op) end
+  if opts.check then return process.checked(sb.backend, r, argv, op) end
   return r
 end
 
@@ -155,9 +131,6 @@ end
 
 -- --------------------------------------------------------- background
 
-local Process = {}
-Process.__index = Process
-
 ---Start a background process; its stdin stays open until p:close_stdin().
 function Sandbox:spawn(cmd, args, opts)
   if type(cmd) ~= "string" or cmd == "" then check.bad("spawn", "the command must be a non-empty string") end
@@ -173,53 +146,10 @@ function Sandbox:spawn(cmd, args, opts)
   req.keep_stdin = o.stdin == nil
   req.want_pid = true
   local p = self._p.spawn(h, req)
-  local bp = setmetatable({ pid = p.pid, _p = p, _sb = self, _check = o.check and argv }, Process)
-  if req.stream then bp._pump = loop.spawn(pump, p, o) end
+  local bp = process.new(p, { backend = self.backend, opts = o, stream = req.stream, check = o.check and argv,
+                              done = function(x) self._procs[x] = nil end })
   self._procs[bp] = true
   return bp
-end
-
-function Process:write(data)
-  if type(data) ~= "string" then check.bad("write", "data must be a string") end
-  local ok, err = self._p:write(data)
-  if not ok then
-    errors.raise("SandboxExecutionError", err, { backend = self._sb.backend, op = "write" })
-  end
-end
-
-function Process:close_stdin() self._p:close_stdin() end
-
-local SIGNALS = { SIGHUP = 1, SIGINT = 2, SIGQUIT = 3, SIGKILL = 9, SIGUSR1 = 10,
-                  SIGUSR2 = 12, SIGTERM = 15, SIGCONT = 18, SIGSTOP = 19 }
-
----Send a signal (name or number; default SIGKILL, which takes the whole tree).
-function Process:kill(sig)
-  local n = sig == nil and 9 or SIGNALS[sig]
-  if not n and type(sig) == "number" then n = check.number(sig, "kill", "signal", { integer = true, min = 1, max = 64 }) end
-  if not n then check.bad("kill", "unknown signal " .. tostring(sig)) end
-  if self._p:running() then self._p:kill(n) end
-end
-
----Wait for the process; past `timeout` seconds its tree is killed (timed_out = true).
-function Process:wait(timeout)
-  local timer
-  if timeout ~= nil then
-    check.seconds(timeout, "wait", "timeout", true)
-    timer = loop.spawn(function() loop.sleep(timeout); self._p:expire() end)
-  end
-  local ok, err = pcall(function()
-    if self._pump then
-      local pok, perr = self._pump:join()
-      if not pok then error(perr, 0) end
-    end
-  end)
-  if not ok then self._p:kill() end
-  local r = self._p:wait()
-  if timer then timer:cancel() end
-  self._sb._procs[self] = nil
-  if not ok then error(err, 0) end
-  if self._check then return checked(self._sb, r, self._check, "wait") end
-  return r
 end
 
 -- -------------------------------------------------------------- files
@@ -411,30 +341,40 @@ function Sandbox:destroy()
   local h = self._h
   if not h then return end
   self._h = nil
-  for p in pairs(self._procs) do pcall(p._p.close, p._p) end
+  for p in pairs(self._procs) do process.close(p) end
   if self._ttl then self._ttl:cancel() end
   owner.remove(self.id)
   if self._on_destroy then pcall(self._on_destroy, self) end   -- a warm pool's bookkeeping
   local ok, err = pcall(self._p.destroy, h)
   if not ok then        -- something of it may be left: the journal stays for gc
-    owner.unfinished = true
+    owner.keep_journal()
     error(err, 0)
   end
   if self._journaled then owner.record{ event = "destroy", id = self.id } end
 end
 
----Wrap a provider handle. fields: id, backend, provider, handle, env, command_timeout, journaled
+---Wrap a provider handle. fields: id, backend, provider, handle, env,
+---command_timeout, journaled, preset (the preset it was made from: sb:agent()).
 function M.new(f)
   local sb = setmetatable({
     id = f.id, backend = f.backend, workdir = f.provider.home(f.handle),
     _p = f.provider, _h = f.handle, _env = f.env or {}, _procs = setmetatable({}, { __mode = "k" }),
-    _command_timeout = f.command_timeout or 600, _journaled = f.journaled,
+    _command_timeout = f.command_timeout or 600, _journaled = f.journaled, _preset = f.preset,
   }, Sandbox)
   return sb
 end
 
----Destroy at the end of the sandbox's lifetime (its TTL).
+---Has `sb` not been destroyed yet? (No question to the provider: see is_alive.)
+function M.live(sb) return sb._h ~= nil end
+
+---fn(sb) runs when `sb` is destroyed, before the provider's destroy (a warm
+---pool's bookkeeping); one hook per sandbox.
+function M.on_destroy(sb, fn) sb._on_destroy = fn end
+
+---Destroy at the end of the sandbox's lifetime (its TTL), `secs` from now;
+---a lifetime set before is replaced.
 function M.expire_after(sb, secs)
+  if sb._ttl then sb._ttl:cancel() end
   sb._ttl = loop.spawn(function()
     loop.sleep(secs)
     sb:destroy()

@@ -250,7 +250,7 @@ print('made', made, flush=True)
 time.sleep(600)
 ]], tostring(n), tag }, { timeout = 60, on_stdout = function(c) out[#out + 1] = c end })
   local t0 = loop.now()
-  while not table.concat(out):find("made %d+") and loop.now() - t0 < 30 and p._p:running() do
+  while not table.concat(out):find("made %d+") and loop.now() - t0 < 30 and require("sbx.process").running(p) do
     loop.sleep(0.05)
   end
   local r = p:wait(0.2)           -- the deadline: the whole tree goes

@@ -23,9 +23,7 @@ M.run = loop.run
 
 -- Destroy the sandboxes a failed item created (and did not hand out).
 local function destroy_created_since(task, mark)
-  for _, sb in ipairs(owner.owned()) do
-    if sb._task == task and sb._seq > mark then pcall(sb.destroy, sb) end
-  end
+  for _, sb in ipairs(owner.made_since(task, mark)) do pcall(sb.destroy, sb) end
 end
 
 ---The progress line of sbx.parallel: text, fraction done.

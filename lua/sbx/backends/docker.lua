@@ -692,9 +692,10 @@ local function agent(h, args, op)
   return table.concat(out), table.concat(err), math.tointeger(field(info, "ExitCode", "number", { op = op }))
 end
 
-local Exec = {}
-Exec.__index = Exec
-Exec.__close = function(e) e:close() end
+-- The engine path's command: a ProcessHandle on the base (process_handle.lua)
+-- over one hijacked exec stream.
+local process_handle = require "sbx.process_handle"
+local Exec = process_handle.class()
 
 
 -- Start an exec on a hijacked connection (HTTP upgrade to a raw stream):
@@ -839,12 +840,8 @@ function M.engine_spawn(h, req)
              Cmd = cmd, Env = (req.env and #req.env > 0) and req.env or nil },
     conflict = "SandboxNotFoundError" })
   local eid = field(res, "Id", "string", { op = "exec" })
-  local e = setmetatable({
-    h = h, eid = eid, pidfile = pidfile, argv0 = req.argv[1], cwd = req.cwd,
-    max = req.max_output or 1048576, streaming = req.stream,
-    out = {}, outn = 0, err = {}, errn = 0, truncated = false, held = "",
-    queue = {}, qhead = 1, qtail = 0, d = demux.new(), start = loop.now(),
-  }, Exec)
+  local e = process_handle.new(Exec, req,
+    { h = h, eid = eid, pidfile = pidfile, held = "", d = demux.new() })
   e.s, e.pending = hijack(eid, "exec")
   if req.want_pid then           -- background processes show a pid; commands need none
     local ok, info = pcall(api, "GET", "/exec/" .. eid .. "/json", { 200 }, { op = "exec" })
@@ -867,17 +864,6 @@ function M.engine_spawn(h, req)
   return e
 end
 
-Exec._capture = agentlink.capture
-
-function Exec:_deliver(which, data)
-  if #data == 0 then return end
-  self:_capture(which, data)
-  if self.streaming then
-    self.qtail = self.qtail + 1
-    self.queue[self.qtail] = { which == 1 and "stdout" or "stderr", data }
-  end
-end
-
 -- The agent's status record is the last bytes of stderr: hold back a tail.
 local HOLD = 64
 
@@ -893,7 +879,7 @@ end
 
 function Exec:_finish()
   if self.status then return end
-  self.duration = loop.now() - self.start
+  self:_ended()
   local i, kind, n = self.held:match("()%zSBXAGENT1 (%a+) (%-?%d+)\n$")
   if i then
     self:_deliver(2, self.held:sub(1, i - 1))
@@ -906,7 +892,7 @@ function Exec:_finish()
 end
 
 -- Read one chunk from the engine; false at the end.
-function Exec:_pump()
+function Exec:_more()
   if self.eof then return false end
   local chunk, msg = self.pending, nil
   self.pending = nil
@@ -931,34 +917,12 @@ function Exec:_pump()
   return true
 end
 
--- If the caller is cancelled (or errors) mid-wait, the command must die too.
-function Exec:_guard(fn)
-  local ok, err = pcall(fn)
-  if not ok then
-    pcall(self.kill, self)
-    self.s:close()
-    error(err, 0)
-  end
-end
+-- The caller raised mid-wait (after the kill): the stream goes too.
+function Exec:_abandon() self.s:close() end
 
-function Exec:read()
-  self:_guard(function()
-    while self.qhead > self.qtail and self:_pump() do end
-  end)
-  local item = self.queue[self.qhead]
-  if not item then return nil end
-  self.queue[self.qhead] = nil
-  self.qhead = self.qhead + 1
-  return item[1], item[2]
-end
-
-function Exec:wait()
-  self.streaming = false
-  self:_guard(function() while self:_pump() do end end)
-  local st = self.status
-  st.expired, st.why = self.expired, self.failure
-  return agentlink.result(st, { stdout = table.concat(self.out), stderr = table.concat(self.err),
-    truncated = self.truncated, duration_ms = math.floor(self.duration * 1000 + 0.5) }, self.argv0, self.cwd)
+function Exec:_status()
+  self.status.why = self.failure
+  return self.status
 end
 
 function Exec:running() return not self.eof end
@@ -971,30 +935,13 @@ function Exec:kill()
   if not ok then error(err, 0) end
 end
 
-function Exec:expire()
-  self.expired = true
-  self:kill()
-end
+function Exec:_write(data) return self.s:write(data) end
 
-function Exec:write(data)
-  if self.eof or self.stdin_closed then return nil, "write: stdin is closed", "EPIPE" end
-  return self.s:write(data)
-end
+function Exec:_end_stdin() self.s:shutdown() end
 
-function Exec:close_stdin()
-  if not self.stdin_closed and not self.eof then
-    self.stdin_closed = true
-    self.s:shutdown()
-  end
-end
-
-function Exec:close()
-  if not self.eof then
-    pcall(self.kill, self)
-    self.eof = true
-    self.s:close()
-  end
-  if self.writer then self.writer:cancel() end
+function Exec:_release()
+  self.eof = true
+  self.s:close()
 end
 
 -- ---------------------------------------------------------------- files

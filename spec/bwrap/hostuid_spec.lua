@@ -41,6 +41,33 @@ local function status_ids(pid)
 end
 
 describe("bwrap as root", function()
+  -- slirp4netns --enable-sandbox pivots into a mount namespace of its own;
+  -- made from the host's, where mounts are shared, its detach of the old
+  -- root unmounted the host's shared mounts (docker's container rootfs
+  -- among them: new containers found no sh) until it got a private copy
+  it("leaves the host's mounts alone when a sandbox has the internet", function()
+    if bwrap.slirp == nil then return pending("no slirp4netns") end
+    -- as docker has it: a shared bind mount (/var/lib/docker) with a mount
+    -- beneath it (a container's rootfs)
+    local dir = assert(fs.mkdtemp(os.getenv("SBX_STATE_DIR") or "/tmp", "hostmnt."))
+    assert(os.execute("mount --bind '" .. dir .. "' '" .. dir .. "' && mount --make-shared '" .. dir
+                      .. "' && mkdir '" .. dir .. "/sub' && mount -t tmpfs -o size=64k sbxhostmnt '" .. dir .. "/sub'"))
+    local function mounted()
+      return (fs.read_host("/proc/self/mountinfo", 1 << 22) or ""):find(" " .. dir .. "/sub ", 1, true) ~= nil
+    end
+    local okr, err = pcall(function()
+      assert.is_true(mounted())
+      for _ = 1, 3 do
+        local sb <close> = sbx.sandbox("bwrap", { allow_internet = true })
+        assert.equal(0, sb:execute_command("true", {}).exit_code)
+        loop.sleep(0.2)     -- slirp4netns has set its sandbox up by now
+        assert.is_true(mounted(), "a host mount was unmounted by the sandbox's network helper")
+      end
+    end)
+    os.execute("umount '" .. dir .. "/sub' 2>/dev/null; umount '" .. dir .. "' 2>/dev/null; rm -rf '" .. dir .. "'")
+    assert(okr, err)
+  end)
+
   it("maps the sandbox's root onto an unprivileged host uid and gid (not 0)", function()
     assert.is_true(UID > 0 and GID > 0)
     assert.is_true(bwrap.ids() == UID)

@@ -476,7 +476,14 @@ function start_holder(h)
   local ns = h.uid and { base .. "mnt" } or { base .. "user" }
   if h.net then
     ns[2] = base .. "net"
-    local argv = { M.slirp }
+    -- As root, slirp4netns's --enable-sandbox makes its own mount namespace
+    -- from the host's, where mounts are shared: its pivot_root and detach of
+    -- the old root then propagated back and unmounted the host's mounts
+    -- (docker containers started with an empty rootfs: "sh: not found").
+    -- A private copy first keeps all of that its own. (Not root: its
+    -- namespace belongs to the holder's user namespace, where the kernel
+    -- makes shared mounts slaves already.)
+    local argv = h.uid and { "unshare", "--mount", "--propagation", "private", "--", M.slirp } or { M.slirp }
     for _, a in ipairs(M.SLIRP_ARGS) do argv[#argv + 1] = a end
     if not h.uid then argv[#argv + 1] = "--userns-path=" .. base .. "user" end
     argv[#argv + 1] = tostring(pid)

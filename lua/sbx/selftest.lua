@@ -188,6 +188,27 @@ for ip in sys.argv[1:]:
   return "ok", string.format("only lo; %d host address(es) unreachable", #ips)
 end }
 
+-- Issue 15, item 2: with the internet allowed, a sandbox must still not
+-- reach what listens on the host's loopback (a database, a Docker TCP API).
+probes[#probes + 1] = { name = "reach the host's loopback", run = function(ctx)
+  local l, port = require("sbx.stream").listen{ host = "127.0.0.1", port = 0 }
+  if not l then return "skip", "cannot listen on the host's 127.0.0.1: " .. tostring(port) end
+  local r = ctx.sb:execute_command("python3", { "-c", [[
+import socket, sys
+s = socket.socket(); s.settimeout(3)
+try:
+    s.connect(('127.0.0.1', int(sys.argv[1]))); print('reach')
+except OSError as e:
+    print('blocked', e.errno)
+]], tostring(port) }, { timeout = 60 })
+  l:close()
+  if r.exit_code ~= 0 then return "FAIL", "the probe could not run: " .. r.stderr:sub(1, 200) end
+  if r.stdout:find("reach", 1, true) then
+    return "FAIL", "a listener on the host's 127.0.0.1:" .. port .. " was reached with the internet allowed"
+  end
+  return "ok", "the host's 127.0.0.1:" .. port .. " is out of reach (" .. r.stdout:gsub("%s+$", "") .. ")"
+end }
+
 probes[#probes + 1] = { name = "see host processes", run = function(ctx)
   local tag = "sbxselftest-" .. ctx.tag .. "-ps"
   local w = host_witness(tag, ctx.canary)

@@ -373,6 +373,15 @@ end
 M.VOLUME_PREFIX = "sbxlua-agent-"
 local function agent_volume_name() return M.VOLUME_PREFIX .. agent_hash(require "sbx.agentbin") end
 
+-- What tells one volume of a name from another made later under it: its
+-- CreatedAt (whole seconds on some engines) and the session that made it
+-- (a volume removed and made again within the same second differs there).
+local function volume_stamp(v)
+  if type(v) ~= "table" or type(v.CreatedAt) ~= "string" then return nil end
+  local session = type(v.Labels) == "table" and v.Labels["sbxlua.session"]
+  return v.CreatedAt .. "|" .. (type(session) == "string" and session or "")
+end
+
 local function fill_agent_volume(image)
   local blob = require "sbx.agentbin"
   local name = agent_volume_name()
@@ -382,7 +391,7 @@ local function fill_agent_volume(image)
       body = { Name = name, Labels = { ["sbxlua.agent"] = "1", ["sbxlua.host"] = owner.hostname(),
                                        ["sbxlua.session"] = owner.session_id(),
                                        ["sbxlua.lock"] = owner.lock_path() } } })
-  local created = type(vol.json) == "table" and vol.json.CreatedAt or nil
+  local created = volume_stamp(vol.json)
   local res = expect(create_container("sbx-agent-fill-" .. hex(6), {
     Image = image, Entrypoint = { "/nonexistent" },
     Labels = { ["sbxlua.helper"] = "agent-volume", ["sbxlua.host"] = owner.hostname(),
@@ -425,7 +434,7 @@ local function ensure_agent_volume(image)
     local res = agent_volume == agent_volume_name()
                 and call("GET", "/volumes/" .. q(agent_volume), { op = "create" })
     local v = res and res.status == 200 and json.decode(res.body or "")
-    if type(v) == "table" and (agent_created == nil or v.CreatedAt == agent_created) then
+    if type(v) == "table" and (agent_created == nil or volume_stamp(v) == agent_created) then
       return agent_volume, M.agent_path
     end
     agent_volume = nil

@@ -428,6 +428,20 @@ local function holder_of(h)
   return ns
 end
 
+-- Wait (10 s at most) until holder p is in a user namespace of its own,
+-- and with `mapped` until that namespace has its maps (unshare maps our
+-- uid itself: before unshare(2), gid_map shows ours, so the namespace comes first).
+local function await_userns(h, p, mapped)
+  local own_user = native.lookup("/proc/self/ns", "user").target
+  local up = poll(function()
+    if not alive(p.pid) then return false end
+    local st = native.lookup("/proc/" .. p.pid .. "/ns", "user")
+    return st ~= nil and st.target ~= own_user
+      and (not mapped or (fs.read_host("/proc/" .. p.pid .. "/gid_map", 4096) or "") ~= "") or nil
+  end, 10)
+  if not up then holder_fail(h, p, up == false and "the holder ended" or "the holder did not start") end
+end
+
 function start_holder(h)
   local env = { "PATH=" .. require("sbx.sandbox").DEFAULT_PATH }
   local p, err, pid
@@ -441,13 +455,7 @@ function start_holder(h)
       env = env, max_output = 8192, cgroup = h.cg, join = h.join }
     if not p then holder_fail(h, nil, tostring(err)) end
     pid = p.pid
-    local own_user = native.lookup("/proc/self/ns", "user").target
-    local up = poll(function()
-      if not alive(pid) then return false end
-      local st = native.lookup("/proc/" .. pid .. "/ns", "user")
-      if st and st.target ~= own_user then return true end
-    end, 10)
-    if not up then holder_fail(h, p, up == false and "the holder ended" or "the holder did not start") end
+    await_userns(h, p, false)
     for file_, id in pairs{ uid_map = h.uid, gid_map = h.gid } do
       local f, ferr2 = io.open("/proc/" .. pid .. "/" .. file_, "w")
       local wok, werr = f and f:write("0 " .. id .. " 1\n")
@@ -459,16 +467,7 @@ function start_holder(h)
       env = env, max_output = 8192, cgroup = h.cg, join = h.join }
     if not p then holder_fail(h, nil, tostring(err)) end
     pid = p.pid
-    -- its own user namespace first: before unshare(2), gid_map shows ours
-    local own_user = native.lookup("/proc/self/ns", "user").target
-    local up = poll(function()
-      if not alive(pid) then return false end
-      local st = native.lookup("/proc/" .. pid .. "/ns", "user")
-      if st and st.target ~= own_user and (fs.read_host("/proc/" .. pid .. "/gid_map", 4096) or "") ~= "" then
-        return true
-      end
-    end, 10)
-    if not up then holder_fail(h, p, up == false and "the holder ended" or "the holder did not start") end
+    await_userns(h, p, true)
   end
   local holder = { p = p }
   h.holder = holder            -- killed with the sandbox if what follows fails

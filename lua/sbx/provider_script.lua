@@ -6,7 +6,7 @@
 --- which yield to the event loop). What it gets: the safe base library,
 --- copies of string/table/math/utf8, os.time/clock/date/difftime, and
 --- http, json, base64, stream, timer, errors, agentlink, process_handle,
---- env(), config() and builtin(). Reading any other global (io, require, debug, load,
+--- cloud, env(), config() and builtin(). Reading any other global (io, require, debug, load,
 --- package, ...) or os.execute raises ConfigError naming file:line.
 local errors = require "sbx.errors"
 local contract = require "sbx.contract"
@@ -21,7 +21,7 @@ local SAFE = { "assert", "error", "ipairs", "next", "pairs", "pcall", "rawequal"
 local WHY = {
   io = "use the contract's file operations; a provider never touches the host's files",
   require = "the modules a provider may use are globals already: http, json, base64, stream, "
-            .. "timer, errors, agentlink, process_handle",
+            .. "timer, errors, agentlink, process_handle, cloud",
   os = "only os.time, os.clock, os.date and os.difftime are there; use env() for credentials",
   debug = "not available to provider scripts", package = "not available to provider scripts",
   load = "provider scripts cannot compile code", loadfile = "provider scripts cannot load files",
@@ -123,6 +123,10 @@ function M.environment(name)
   local handle = require "sbx.process_handle"
   env.process_handle = { class = handle.class, new = handle.new, result = handle.result,
                          MAX_OUTPUT = handle.MAX_OUTPUT }
+  -- HTTP APIs: typed errors, retries, JSON, ownership labels (lua/sbx/cloud.lua).
+  local cloud = require "sbx.cloud"
+  env.cloud = { client = cloud.client, error_for = cloud.error_for, labels = cloud.labels,
+                retry_after = cloud.retry_after, message_of = cloud.message_of }
   env.builtin = builtin
   -- Its own settings (providers.NAME in sbx.yaml, with the schema's defaults).
   env.config = function() return copy(require("sbx.config").provider(name)) end

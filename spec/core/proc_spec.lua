@@ -5,6 +5,7 @@ local loop = require "sbx.loop"
 local cgroup = require "sbx.cgroup"
 require "sbx"
 local S = require "spec.support"
+local fs = require "sbx.fs"
 
 local PATH = "PATH=/usr/local/bin:/usr/bin:/bin"
 
@@ -223,17 +224,24 @@ describe("sbx.proc", function()
   end)
 
   it("runs 100 processes concurrently from tasks", function()
+    -- Each waits until all 100 have started (a barrier file made only then):
+    -- run() one at a time could never get there; no timing is involved.
+    local dir = S.tmpdir("sbxproc")
     local ts = {}
     for i = 1, 100 do
-      ts[i] = loop.spawn(function() return run({ "sh", "-c", "sleep 0.2; echo " .. i }).stdout end)
+      ts[i] = loop.spawn(function()
+        return run({ "sh", "-c", 'touch "$0/$1"; while [ ! -e "$0/go" ]; do sleep 0.02; done; echo "$1"', dir,
+                     tostring(i) }, { timeout = 120 }).stdout
+      end)
     end
-    local t0 = loop.now()
+    while #assert(fs.list_host(dir)) < 100 do loop.sleep(0.02) end
+    assert(io.open(dir .. "/go", "w")):close()
     for i = 1, 100 do
       local ok, out = ts[i]:join()
-      assert.is_true(ok)
+      assert.is_true(ok, tostring(out))
       assert.equal(i .. "\n", out)
     end
-    assert.is_true(loop.now() - t0 < 5)
+    fs.rmtree(dir)
   end)
 
   it("a cancelled wait kills the process", function()

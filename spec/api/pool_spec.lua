@@ -596,6 +596,9 @@ describe("sbx.pool on docker", function()
     while p:stats().dead == 0 and loop.now() < deadline do loop.sleep(0.05) end
     assert.equal(1, p:stats().dead)
     victim._cid = cid
+    -- counted dead as its destroy starts: the engine's DELETE may take a while
+    deadline = loop.now() + 60
+    while not container_gone(victim) and loop.now() < deadline do loop.sleep(0.1) end
     assert.is_true(container_gone(victim))
     local sb <close> = p:acquire(120)
     assert.is_not.equal(victim.id, sb.id)

@@ -6,7 +6,7 @@
 --- which yield to the event loop). What it gets: the safe base library,
 --- copies of string/table/math/utf8, os.time/clock/date/difftime, and
 --- http, json, base64, stream, timer, errors, agentlink, process_handle,
---- env(), config() and builtin(). Reading any other global (io, require, debug, load,
+--- env(), config(), builtin() and host. Reading any other global (io, require, debug, load,
 --- package, ...) or os.execute raises ConfigError naming file:line.
 local errors = require "sbx.errors"
 local contract = require "sbx.contract"
@@ -124,6 +124,19 @@ function M.environment(name)
   env.process_handle = { class = handle.class, new = handle.new, result = handle.result,
                          MAX_OUTPUT = handle.MAX_OUTPUT }
   env.builtin = builtin
+  -- The host, for a provider that wraps a host program (safehouse): its
+  -- kernel name, and the absolute path of an executable regular file, a
+  -- bare name looked up on `path` (colon-separated) or an absolute path.
+  local proc = require "sbx.proc"
+  env.host = { os = function() return (proc.uname()) end, which = function(name, path)
+    if type(name) ~= "string" or name == "" then return nil end
+    if name:sub(1, 1) == "/" then
+      local dir, base = name:match("^(.*)/([^/]+)$")
+      return base and proc.which(base, dir == "" and "/" or dir) or nil
+    end
+    if name:find("/", 1, true) then return nil end       -- relative to what?
+    return proc.which(name, path)
+  end }
   -- Its own settings (providers.NAME in sbx.yaml, with the schema's defaults).
   env.config = function() return copy(require("sbx.config").provider(name)) end
   -- Only the variables its config names as credentials (type "env" keys).

@@ -85,7 +85,9 @@ local function exec_failure(r, stderr, argv0)
 end
 
 local function command_ran(h, r, argv0)
-  local stderr = h.err_head .. (r.stderr or "")
+  -- what read() took, unless the result has it too (the local backend's does)
+  local stderr = r.stderr or ""
+  if stderr:sub(1, #h.err_head) ~= h.err_head then stderr = h.err_head .. stderr end
   if r.exit_code == 1 then
     local kind, msg = refusal(stderr)
     if kind then fail(kind, msg, { op = "exec", reason = "safehouse refused" }) end

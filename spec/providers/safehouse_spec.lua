@@ -227,6 +227,18 @@ describe("safehouse provider", function()
       assert.equal(n, l.count())
     end)
 
+    it("in a workdir of the user's: the profile goes with the sandbox, the directory stays", function()
+      local wd = S.tmpdir("sbxshwd")
+      write(wd .. "/mine.txt", "kept")
+      local sb = sbx.sandbox("safehouse", { workdir = wd, allow_internet = false })
+      assert.equal(wd, sb.workdir)
+      assert.equal("kept", sb:execute_command("cat", { "mine.txt" }).stdout)
+      assert.equal("--append-profile=" .. wd .. "/.sbx-deny-network.sb", sh.last().args[3])
+      sb:destroy()
+      assert.same({ "mine.txt" }, fs.list_host(wd))
+      fs.rmtree(wd)
+    end)
+
     it("the stand-in's namespace holds as another user too (unshare --user --map-current-user)", function()
       if S.host("id -u") ~= "0\n" then
         pending("needs root to switch to an unprivileged user (as this user the specs above took that path)")

@@ -21,7 +21,7 @@ local SAFE = { "assert", "error", "ipairs", "next", "pairs", "pcall", "rawequal"
 local WHY = {
   io = "use the contract's file operations; a provider never touches the host's files",
   require = "the modules a provider may use are globals already: http, json, base64, stream, "
-            .. "timer, errors, agentlink, process_handle",
+            .. "timer, errors, agentlink, process_handle, host",
   os = "only os.time, os.clock, os.date and os.difftime are there; use env() for credentials",
   debug = "not available to provider scripts", package = "not available to provider scripts",
   load = "provider scripts cannot compile code", loadfile = "provider scripts cannot load files",

@@ -280,6 +280,29 @@ describe("safehouse provider", function()
     assert.equal("deny", sh.last().net)
   end)
 
+  it("gc destroys what a SIGKILLed session left: the directory and the command's tree", function()
+    write(sh.dir .. "/sbx.yaml", "providers:\n  safehouse:\n    program: " .. sh.program
+          .. "\n    allow_non_darwin: true\n")
+    local env = { S.PATH, "SBX_STATE_DIR=" .. sh.dir .. "/state", "SBX_CONFIG=" .. sh.dir .. "/sbx.yaml" }
+    local tag = S.tag("sbxshgc")
+    local p = S.sbxlua({ "-e", "local sb = sbx.sandbox('safehouse', { allow_internet = false })\n"
+      .. "print(sb.workdir) io.stdout:flush()\n"
+      .. "sb:execute_command('bash', { '-c', 'exec -a " .. tag .. " sleep 300' })" },
+      { env = env, stream = true, timeout = 60 })
+    local dir = S.expect_output(p, "\n"):match("^(.-)\n")
+    for _ = 1, 100 do if S.alive(tag) then break end loop.sleep(0.05) end
+    assert.is_true(S.alive(tag))
+    S.host("kill -9 " .. p.pid)
+    p:wait()
+    p:close()
+    assert.is_true(fs.stat_host(dir) ~= nil)
+    local r = S.sbxlua({ "gc" }, { env = env })
+    assert.equal(0, r.exit_code, r.stderr)
+    assert.matches("destroyed 1 sandbox", r.stdout .. r.stderr)
+    assert.is_nil(fs.stat_host(dir))
+    assert.equal(0, S.pgrep(tag))
+  end)
+
   describe("safehouse's refusals", function()
     it("not Darwin, no sandbox-exec: BackendNotInstalledError at create, and no sandbox is left", function()
       local owner = require "sbx.owner"

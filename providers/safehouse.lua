@@ -254,9 +254,11 @@ end
 
 function p.spawn(h, req) return start(h, req) end
 
--- The rest is the local backend's: the directory and its files.
+-- The rest is the local backend's: the directory and its files. (Its
+-- list_owned and forget_session stay local's alone: the directories are
+-- under local's part of the state directory, which local lists and clears.)
 for _, op in ipairs{ "is_alive", "home", "read_file", "write_file", "list_files", "mkdir", "remove",
-                     "put_tree", "get_tree", "reap", "forget_session" } do
+                     "put_tree", "get_tree", "reap" } do
   p[op] = L[op]
 end
 

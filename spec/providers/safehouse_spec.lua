@@ -4,7 +4,7 @@
 -- allow_internet = false (a namespace of the stand-in's, as root and as
 -- nobody), timeouts that kill the tree, safehouse's refusals as typed
 -- errors, what it cannot do, and why it is unavailable here without the
--- test knob. The stand-in itself is kept honest against the real grammar.
+-- test knob. The stand-in's own grammar: safehouse_standin_spec.lua.
 local sbx = require "sbx"
 local config = require "sbx.config"
 local fs = require "sbx.fs"
@@ -350,67 +350,5 @@ describe("safehouse provider", function()
       assert.equal("BackendNotInstalledError", kind)
       assert.matches("is not an executable file", err.message, 1, true)
     end)
-  end)
-end)
-
-describe("the safehouse stand-in (spec/support/safehouse) keeps v0.11.1's grammar", function()
-  local function run(args, env)
-    local argv = { STANDIN }
-    for _, a in ipairs(args) do argv[#argv + 1] = a end
-    local p = assert(proc.spawn{ argv = argv, env = env or { TOOLS_PATH, "HOME=/tmp" }, cwd = "/tmp", timeout = 30 })
-    local r = p:wait()
-    p:close()
-    return r
-  end
-
-  it("refuses an unknown option before --, as the real one does", function()
-    local r = run{ "--bogus", "--", "true" }
-    assert.equal(1, r.exit_code)
-    assert.equal("Unknown option: --bogus\nIf this is a command argument, pass it after --\n", r.stderr)
-    r = run{ "--workdir" }
-    assert.equal("Missing value for --workdir\n", r.stderr)
-    r = run{ "--trust-workdir-config=maybe", "--", "true" }
-    assert.matches("^Invalid value for %-%-trust%-workdir%-config: maybe", r.stderr)
-    r = run{ "--", "A=1" }
-    assert.equal("Wrapped command env assignments require a command after NAME=VALUE tokens.\n", r.stderr)
-    r = run{ "--env", "--env-pass=X", "--", "true" }
-    assert.equal("--env-pass cannot be combined with --env.\n", r.stderr)
-  end)
-
-  it("takes options with separate or inline values, then NAME=VALUE tokens up to the command", function()
-    local r = run{ "--workdir", "/tmp", "--enable=docker", "--add-dirs-ro=/usr", "--explain", "--",
-                   "A=1", "B=x=y", "printenv", "A", "B" }
-    assert.equal("1\nx=y\n", r.stdout, r.stderr)
-    assert.matches("workdir /tmp", r.stderr, 1, true)
-    -- after `--` an option-looking word is the command's; before it, the first word starts the command
-    r = run{ "--", "echo", "--bogus" }
-    assert.equal("--bogus\n", r.stdout)
-    r = run{ "echo", "A=1", "hi" }
-    assert.equal("A=1 hi\n", r.stdout)
-  end)
-
-  it("builds the environment from its own: sanitized by default, all of it with --env, named with --env-pass", function()
-    local env = { TOOLS_PATH, "HOME=/tmp", "SECRET=s1", "LANG=C" }
-    local r = run({ "--", "env" }, env)
-    local lines = {}
-    for l in r.stdout:gmatch("[^\n]+") do lines[#lines + 1] = l end
-    local got = set_of(lines)
-    assert.is_nil(got.SECRET)
-    assert.equal("C", got.LANG)
-    assert.equal("agent-safehouse", got.APP_SANDBOX_CONTAINER_ID)
-    assert.equal("/tmp", got.PWD)
-    r = run({ "--env", "--", "printenv", "SECRET" }, env)
-    assert.equal("s1\n", r.stdout)
-    r = run({ "--env-pass=SECRET", "--", "printenv", "SECRET" }, env)
-    assert.equal("s1\n", r.stdout)
-    r = run({ "--", "SECRET=mine", "printenv", "SECRET" }, env)
-    assert.equal("mine\n", r.stdout)
-  end)
-
-  it("exits with the command's status, and refuses without HOME", function()
-    assert.equal(7, run{ "--", "sh", "-c", "exit 7" }.exit_code)
-    local r = run({ "--", "true" }, { TOOLS_PATH })
-    assert.equal(1, r.exit_code)
-    assert.equal("HOME is not set; set HOME in the environment before running this script.\n", r.stderr)
   end)
 end)

@@ -263,15 +263,14 @@ for _, op in ipairs{ "is_alive", "home", "read_file", "write_file", "list_files"
 end
 
 function p.doctor()
-  local c = config()
-  local path, why = program()
-  local lines = {
-    { ok = host.os() == "Darwin" or nil, what = "host", detail = tostring(host.os())
-      .. (host.os() == "Darwin" and "" or " (safehouse needs macOS; allow_non_darwin is "
-          .. tostring(c.allow_non_darwin == true) .. ")") },
-    { ok = path ~= nil, what = "program", detail = path or why,
-      fix = "brew install eugene1g/safehouse/agent-safehouse, or set providers.safehouse.program" },
-  }
+  local c, os_name = config(), host.os()
+  local lines = { { what = "host", detail = tostring(os_name) .. (os_name == "Darwin" and ""
+    or (" (safehouse needs macOS; allow_non_darwin is " .. tostring(c.allow_non_darwin == true) .. ")")) } }
+  if os_name == "Darwin" or (c.allow_non_darwin and c.program) then
+    local path, why = program()
+    lines[2] = { ok = path ~= nil, what = "program", detail = path or why,
+                 fix = "brew install eugene1g/safehouse/agent-safehouse, or set providers.safehouse.program" }
+  end
   return lines
 end
 

@@ -229,6 +229,7 @@ describe("safehouse provider", function()
 
     it("in a workdir of the user's: the profile goes with the sandbox, the directory stays", function()
       local wd = S.tmpdir("sbxshwd")
+      finally(function() fs.rmtree(wd) end)
       write(wd .. "/mine.txt", "kept")
       local sb = sbx.sandbox("safehouse", { workdir = wd, allow_internet = false })
       assert.equal(wd, sb.workdir)
@@ -236,7 +237,6 @@ describe("safehouse provider", function()
       assert.equal("--append-profile=" .. wd .. "/.sbx-deny-network.sb", sh.last().args[3])
       sb:destroy()
       assert.same({ "mine.txt" }, fs.list_host(wd))
-      fs.rmtree(wd)
     end)
 
     it("the stand-in's namespace holds as another user too (unshare --user --map-current-user)", function()
@@ -310,13 +310,13 @@ describe("safehouse provider", function()
                                .. "sandbox-exec.; Detected platform: Linux",
                                ["no-sandbox-exec"] = "safehouse could not find sandbox-exec in PATH." } do
         local t = standin({ SAFEHOUSE_STANDIN_MODE = mode })
+        finally(t.cleanup)
         t.use()
         local before = #owner.owned()
         local kind, err = S.kind_of(function() sbx.sandbox("safehouse") end)
         assert.equal("BackendNotInstalledError", kind, mode)
         assert.matches("safehouse: " .. says, err.message, 1, true)
         assert.equal(before, #owner.owned())
-        t.cleanup()
       end
     end)
 

@@ -306,11 +306,13 @@ describe("safehouse provider", function()
   describe("safehouse's refusals", function()
     it("not Darwin, no sandbox-exec: BackendNotInstalledError at create, and no sandbox is left", function()
       local owner = require "sbx.owner"
+      local made = {}
+      finally(function() for _, t in ipairs(made) do t.cleanup() end end)   -- one finally per test
       for mode, says in pairs{ ["not-darwin"] = "safehouse requires macOS (Darwin) to execute commands under "
                                .. "sandbox-exec.; Detected platform: Linux",
                                ["no-sandbox-exec"] = "safehouse could not find sandbox-exec in PATH." } do
         local t = standin({ SAFEHOUSE_STANDIN_MODE = mode })
-        finally(t.cleanup)
+        made[#made + 1] = t
         t.use()
         local before = #owner.owned()
         local kind, err = S.kind_of(function() sbx.sandbox("safehouse") end)

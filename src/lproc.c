@@ -21,6 +21,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1053,8 +1054,18 @@ static int proc_getpid(lua_State *L) {
   return 1;
 }
 
+/* proc.uname() -> the host's kernel name ("Linux", "Darwin"), its machine */
+static int proc_uname(lua_State *L) {
+  struct utsname u;
+  if (uname(&u) != 0) return sbx_fail_errno(L, "uname", NULL, errno);
+  lua_pushstring(L, u.sysname);
+  lua_pushstring(L, u.machine);
+  return 2;
+}
+
 static const luaL_Reg proc_funcs[] = {
   {"getpid", proc_getpid},
+  {"uname", proc_uname},
   {"random_hex", proc_random_hex},
   {"spawn", proc_spawn},
   {"spawner", proc_spawner},

@@ -118,7 +118,9 @@ function M.doctor()
   -- Per backend: what works, what is missing, and the command that fixes it.
   local FIXES = { bwrap = "apt-get install bubblewrap",
                   docker = "apt-get install docker.io and start the engine (systemctl start docker),"
-                           .. " or point DOCKER_HOST at one" }
+                           .. " or point DOCKER_HOST at one",
+                  safehouse = "macOS: brew install eugene1g/safehouse/agent-safehouse (elsewhere: a stand-in"
+                              .. " for tests only, docs/safehouse.md)" }
   for _, n in ipairs(providers.names) do
     local p = providers.get(n)
     local called, ok, reason = pcall(p.available)   -- a broken script raises its file:line

@@ -6,7 +6,7 @@
 --- which yield to the event loop). What it gets: the safe base library,
 --- copies of string/table/math/utf8, os.time/clock/date/difftime, and
 --- http, json, base64, stream, timer, errors, agentlink, process_handle,
---- cloud, env(), config() and builtin(). Reading any other global (io, require, debug, load,
+--- cloud, host, env(), config() and builtin(). Reading any other global (io, require, debug, load,
 --- package, ...) or os.execute raises ConfigError naming file:line.
 local errors = require "sbx.errors"
 local contract = require "sbx.contract"
@@ -21,7 +21,7 @@ local SAFE = { "assert", "error", "ipairs", "next", "pairs", "pcall", "rawequal"
 local WHY = {
   io = "use the contract's file operations; a provider never touches the host's files",
   require = "the modules a provider may use are globals already: http, json, base64, stream, "
-            .. "timer, errors, agentlink, process_handle, cloud",
+            .. "timer, errors, agentlink, process_handle, cloud, host",
   os = "only os.time, os.clock, os.date and os.difftime are there; use env() for credentials",
   debug = "not available to provider scripts", package = "not available to provider scripts",
   load = "provider scripts cannot compile code", loadfile = "provider scripts cannot load files",
@@ -128,6 +128,19 @@ function M.environment(name)
   env.cloud = { client = cloud.client, error_for = cloud.error_for, labels = cloud.labels,
                 retry_after = cloud.retry_after, message_of = cloud.message_of }
   env.builtin = builtin
+  -- The host, for a provider that wraps a host program (safehouse): its
+  -- kernel name, and the absolute path of an executable regular file, a
+  -- bare name looked up on `path` (colon-separated) or an absolute path.
+  local proc = require "sbx.proc"
+  env.host = { os = function() return (proc.uname()) end, which = function(name, path)
+    if type(name) ~= "string" or name == "" then return nil end
+    if name:sub(1, 1) == "/" then
+      local dir, base = name:match("^(.*)/([^/]+)$")
+      return base and proc.which(base, dir == "" and "/" or dir) or nil
+    end
+    if name:find("/", 1, true) then return nil end       -- relative to what?
+    return proc.which(name, path)
+  end }
   -- Its own settings (providers.NAME in sbx.yaml, with the schema's defaults).
   env.config = function() return copy(require("sbx.config").provider(name)) end
   -- Only the variables its config names as credentials (type "env" keys).

@@ -39,6 +39,23 @@ return {
     traits.host_env = "SBX_PROVIDER_PATH=" .. dir .. " "
     return traits
   end },
+  -- providers/safehouse.lua through spec/support/safehouse, a stand-in for
+  -- Agent Safehouse on Linux (the real one runs on macOS only); this process
+  -- and the sbxlua processes the suite starts read the same config file
+  safehouse = { backend = "safehouse", title = "safehouse (Linux stand-in)",
+                setup = function(traits)
+    local fs, config = require "sbx.fs", require "sbx.config"
+    local dir = (os.getenv("SBX_STATE_DIR") or "/tmp") .. "/safehouse-" .. require("sbx.proc").getpid()
+    assert(fs.mkdir_host(dir))
+    local src = S.SOURCE:sub(1, 1) == "/" and S.SOURCE or (os.getenv("PWD") .. "/" .. S.SOURCE)
+    local f = assert(io.open(dir .. "/sbx.yaml", "w"))
+    f:write("providers:\n  safehouse:\n    program: ", src, "/spec/support/safehouse\n",
+            "    allow_non_darwin: true\n")
+    f:close()
+    config.use(dir .. "/sbx.yaml")
+    traits.host_env = "SBX_CONFIG=" .. dir .. "/sbx.yaml "
+    return traits
+  end },
   docker_engine = { backend = "docker", gate = "docker", mode = "engine", title = "docker (engine exec)",
                     options = { image = S.IMAGE }, traits = { own_root = true } },
 }

@@ -171,8 +171,8 @@ function UNARY.SendInput(box, m, res)
   if not p then return connect_error(res, "not_found", "process with pid " .. tostring(pid) .. " not found") end
   local data = b64.decode(m.input and m.input.stdin or "")
   if not data then return connect_error(res, "invalid_argument", "input.stdin is not base64") end
-  local ok, why = p:write(data)
-  if not ok then return connect_error(res, "failed_precondition", "stdin: " .. tostring(why)) end
+  local ok, why = pcall(p.write, p, data)
+  if not ok then return connect_error(res, "failed_precondition", "stdin: " .. text(why)) end
   return res:send(200, {})
 end
 function UNARY.CloseStdin(box, m, res)

@@ -159,7 +159,7 @@ function Proc:_event(e)
     local sig = st:match("^signal: (%a+)")
     if self.pre and code == 127 then
       self.result = self.pre
-    elseif self.timed then
+    elseif self.timed or self.expired then
       self.result = { kind = "timeout" }
     elseif sig then
       self.result = { kind = "signal", n = sig == "killed" and 9 or SIGNUM["SIG" .. sig:upper()] or 15 }
@@ -303,7 +303,8 @@ local function mtime(s)
 end
 
 local function entry(e)
-  return { name = e.name, type = FILE_TYPE[e.type] or "other", size = math.tointeger(tonumber(e.size or 0)) or 0,
+  local t = FILE_TYPE[e.type] or "other"
+  return { name = e.name, type = t, is_dir = t == "dir", target = e.symlinkTarget, size = math.tointeger(tonumber(e.size or 0)) or 0,
            mode = math.tointeger(tonumber(e.mode or 0)), mtime = mtime(e.modifiedTime) }
 end
 
@@ -343,6 +344,69 @@ function P.remove(h, path, recursive)
   end
   local v, status = rpc(h, "filesystem.Filesystem/Remove", { path = abs }, "remove")
   if status >= 400 then fs_error(status, v, "remove", abs) end
+end
+
+local function join(a, b) return (a:gsub("/+$", "")) .. "/" .. b end
+
+-- upload_dir: each file in one upload, then one chmod for the modes envd does not set.
+function P.put_tree(h, dir, entries)
+  local base = resolve(dir, "upload_dir")
+  P.mkdir(h, base)
+  local chmod = {}
+  for _, e in ipairs(entries) do
+    local path = join(base, e.path)
+    if e.type == "dir" then
+      P.mkdir(h, path)
+      if e.mode and e.mode ~= 493 then chmod[#chmod + 1] = { e.mode, path } end
+    elseif e.type == "file" then
+      local data = e.data
+      if not data and e.src then
+        local parts, off = {}, 0
+        repeat
+          local c, err = e.src:read_at(e.path, off, CHUNK)
+          if not c then errors.raise("PathError", "e2b: upload_dir: " .. tostring(err), { backend = "e2b", op = "upload_dir" }) end
+          parts[#parts + 1], off = c, off + #c
+        until #c < CHUNK
+        data = table.concat(parts)
+      end
+      P.write_file(h, path, data or "")
+      if e.mode and e.mode ~= 420 then chmod[#chmod + 1] = { e.mode, path } end
+    end
+  end
+  if #chmod > 0 then
+    local script, argv = 'while [ $# -gt 0 ]; do chmod "$1" -- "$2" || exit 1; shift 2; done', { "sh", "-c" }
+    argv[3], argv[4] = script, "sh"
+    for _, m in ipairs(chmod) do argv[#argv + 1] = string.format("%o", m[1]) argv[#argv + 1] = m[2] end
+    local p <close> = P.spawn(h, { argv = argv, cwd = "/", timeout = 120 })
+    local r = p:wait()
+    if r.exit_code ~= 0 then errors.raise("PathError", "e2b: upload_dir: chmod: " .. r.stderr, { backend = "e2b", op = "upload_dir" }) end
+  end
+end
+
+-- download_dir: a walk over ListDir; a link is rejected when it leads out of `dir`.
+function P.get_tree(h, dir)
+  local base = resolve(dir, "download_dir")
+  local entries, rejected = {}, {}
+  local function walk(rel)
+    for _, it in ipairs(P.list_files(h, rel == "" and base or join(base, rel))) do
+      local r = rel == "" and it.name or rel .. "/" .. it.name
+      if it.type == "dir" then
+        entries[#entries + 1] = { path = r, type = "dir", mode = it.mode }
+        walk(r)
+      elseif it.type == "file" then
+        entries[#entries + 1] = { path = r, type = "file", mode = it.mode, data = P.read_file(h, join(base, r)) }
+      elseif it.type == "link" then
+        local t = it.target or ""
+        local at = t:sub(1, 1) == "/" and t or join(rel == "" and base or join(base, rel), t)
+        local ok, abs = pcall(resolve, at, "download_dir")
+        if not ok or (abs ~= base and abs:sub(1, #base + 1) ~= base .. "/") then
+          rejected[#rejected + 1] = { path = r, reason = "a link out of the directory" }
+        end
+      end
+    end
+  end
+  walk("")
+  return entries, rejected
 end
 
 -- ------------------------------------------------------------ lifecycle

@@ -191,23 +191,38 @@ end
 
 local TYPES = { file = "FILE_TYPE_FILE", dir = "FILE_TYPE_DIRECTORY", link = "FILE_TYPE_SYMLINK" }
 
-local function entry_of(e, dir)
-  local path = (dir == "/" and "" or dir) .. "/" .. e.name
-  local t = e.type or (e.is_dir and "dir" or "file")
-  return { name = e.name, type = TYPES[t] or "FILE_TYPE_UNSPECIFIED", path = path, size = tostring(e.size or 0),
-           mode = t == "dir" and 493 or 420, permissions = t == "dir" and "drwxr-xr-x" or "-rw-r--r--",
-           owner = "user", group = "user",
-           modifiedTime = os.date("!%Y-%m-%dT%H:%M:%SZ", e.mtime or os.time()) }
+-- What find says of entries: type, mode, size, mtime, name, link target
+-- (one command per call, so modes and symlink targets are the real ones).
+local FIND = '[ -e "$1" ] || [ -L "$1" ] || exit 2; if [ "$2" = list ]; then [ -d "$1" ] || exit 20; '
+  .. 'exec find "$1" -mindepth 1 -maxdepth 1 -printf "%y %m %s %T@ %f\\0%l\\0"; fi; '
+  .. 'exec find "$1" -maxdepth 0 -printf "%y %m %s %T@ %f\\0%l\\0"'
+local YTYPE = { f = "FILE_TYPE_FILE", d = "FILE_TYPE_DIRECTORY", l = "FILE_TYPE_SYMLINK" }
+
+-- entries of `path` (how = "list") or the entry itself: list | nil, code, message
+local function find(box, path, how)
+  local r = box.sb:execute_command("sh", { "-c", FIND, "sh", path, how })
+  if r.exit_code == 2 then return nil, "not_found", "path not found: " .. path end
+  if r.exit_code == 20 then return nil, "invalid_argument", "path is not a directory: " .. path end
+  if r.exit_code ~= 0 then return nil, "internal", r.stderr end
+  local out, parts = {}, {}
+  for field in r.stdout:gmatch("([^%z]*)%z") do parts[#parts + 1] = field end
+  for i = 1, #parts - 1, 2 do
+    local y, mode, size, t, name = parts[i]:match("^(%a) (%d+) (%d+) ([%d%.]+) (.*)$")
+    if y then
+      local full = how == "list" and ((path == "/" and "" or path) .. "/" .. name) or path
+      local e = { name = full:match("[^/]+$") or "", type = YTYPE[y] or "FILE_TYPE_UNSPECIFIED", path = full,
+                  size = size, mode = tonumber(mode, 8), owner = "user", group = "user",
+                  modifiedTime = os.date("!%Y-%m-%dT%H:%M:%SZ", math.floor(tonumber(t))) }
+      if y == "l" then e.symlinkTarget = parts[i + 1] end
+      out[#out + 1] = e
+    end
+  end
+  return out
 end
 
 local function stat(box, path)
-  if path == "/" then return { name = "", type = "FILE_TYPE_DIRECTORY", path = "/", size = "0", mode = 493 } end
-  local dir, name = path:match("^(.*)/([^/]+)/*$")
-  if not dir then return nil end
-  if dir == "" then dir = "/" end
-  local ok, list = pcall(box.sb.list_files, box.sb, dir)
-  if not ok then return nil end
-  for _, e in ipairs(list) do if e.name == name then return entry_of(e, dir) end end
+  local list = find(box, path, "one")
+  return list and list[1]
 end
 
 local function fs_failed(res, err, path)
@@ -223,11 +238,9 @@ function UNARY.Stat(box, m, res)
 end
 function UNARY.ListDir(box, m, res)
   local path = path_of(m.path)
-  local ok, list = pcall(box.sb.list_files, box.sb, path)
-  if not ok then return fs_failed(res, list, path) end
-  local out = {}
-  for _, e in ipairs(list) do out[#out + 1] = entry_of(e, path) end
-  return res:send(200, { entries = out })
+  local list, code, msg = find(box, path, "list")
+  if not list then return connect_error(res, code, msg) end
+  return res:send(200, { entries = list })
 end
 function UNARY.MakeDir(box, m, res)
   local path = path_of(m.path)

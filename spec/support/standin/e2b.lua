@@ -100,6 +100,7 @@ end
 function Standin:create(req, res, n)
   local wait = self:rate_limited()
   if wait then
+    self.limited = self.limited + 1
     return res:send(429, { code = 429, message = "Rate limit exceeded, please try again later." },
                     { ["Retry-After"] = tostring(wait), ["RateLimit-Limit"] = tostring(self.rate) })
   end
@@ -174,7 +175,8 @@ end
 
 function Standin:control(req, res)
   if req.path == "/standin/e2b" then     -- for specs in another process: what is alive
-    return res:send(200, { live = self.live, created = self.created, envd_calls = self.envd_calls })
+    return res:send(200, { live = self.live, created = self.created, limited = self.limited,
+                           envd_calls = self.envd_calls })
   end
   local key = req.headers["x-api-key"]
   if key ~= self.api_key then
@@ -273,7 +275,7 @@ function M.serve(o)
   end
   local self = setmetatable({ api = api, api_key = o.api_key or "e2b_standin", backend = backend,
                               scale = o.scale, rate = o.rate, max_concurrent = o.max_concurrent,
-                              boxes = {}, live = 0, created = 0, envd_calls = 0, snapshots = {},
+                              boxes = {}, live = 0, created = 0, limited = 0, envd_calls = 0, snapshots = {},
                               templates = { base = true, ["code-interpreter-v1"] = true } }, Standin)
   local srv, err = H.serve{ port = o.port or 0, handler = function(req, res) return self:handler(req, res) end }
   if not srv then return nil, err end

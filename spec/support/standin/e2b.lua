@@ -19,6 +19,7 @@
 -- As a process:   build/sbxlua spec/support/standin/e2b.lua --port-file F
 --                 [--api-key K] [--scale] [--rate N] [--max-concurrent N]
 --                 [--backend bwrap|local]   (give it its own SBX_STATE_DIR)
+-- --split-envelopes: Connect envelopes in pieces across chunks, two sharing one.
 -- --scale: sandboxes with no process behind them (e2b_scale.lua answers
 -- their commands and keeps their files in memory), for thousands at once.
 local H = require "spec.support.standin.http"
@@ -115,7 +116,7 @@ function Standin:create(req, res, n)
                 metadata = n.metadata or {}, env = n.envVars or {}, started = os.time(),
                 end_at = os.time() + timeout, state = "running", procs = {}, seq = 0,
                 token = (n.secure or req.path:match("^/v2/")) and rid(16) or nil,
-                snapshot = snap and snap.dir }
+                snapshot = snap and snap.dir, split = self.split }
   self.live = self.live + 1
   self.boxes[box.id] = box
   local ok, sb = pcall(self.backing, self, box, n)
@@ -274,7 +275,7 @@ function M.serve(o)
     backend = require("sbx.backends.bwrap").available() and "bwrap" or "local"
   end
   local self = setmetatable({ api = api, api_key = o.api_key or "e2b_standin", backend = backend,
-                              scale = o.scale, rate = o.rate, max_concurrent = o.max_concurrent,
+                              scale = o.scale, rate = o.rate, split = o.split, max_concurrent = o.max_concurrent,
                               boxes = {}, live = 0, created = 0, limited = 0, envd_calls = 0, snapshots = {},
                               templates = { base = true, ["code-interpreter-v1"] = true } }, Standin)
   local srv, err = H.serve{ port = o.port or 0, handler = function(req, res) return self:handler(req, res) end }
@@ -299,6 +300,7 @@ local function main(argv)
   while argv[i] do
     local a = argv[i]
     if a == "--scale" then o.scale = true
+    elseif a == "--split-envelopes" then o.split = true
     elseif a == "--port-file" then o.port_file, i = argv[i + 1], i + 1
     elseif a == "--api-key" then o.api_key, i = argv[i + 1], i + 1
     elseif a == "--backend" then o.backend, i = argv[i + 1], i + 1

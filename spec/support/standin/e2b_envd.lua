@@ -113,7 +113,18 @@ local function start(box, req, res)
   end
   local ping = tonumber(req.headers["keepalive-ping-interval"] or "")
   res:start(200, { ["Content-Type"] = "application/connect+json" })
-  local function send(v, flags) return res:write(envelope(flags or 0, v)) end
+  -- split: every envelope goes out in pieces, and pieces of two envelopes share a
+  -- chunk (as proxies deliver them): the client must reassemble across chunks
+  local held = ""
+  local function send(v, flags)
+    local e = held .. envelope(flags or 0, v)
+    if not box.split then return res:write(e) end
+    local cut = math.max(1, #e - 3)
+    held = e:sub(cut + 1)
+    res:write(e:sub(1, 2))
+    res:write(e:sub(3, cut))
+    if flags == 2 then res:write(held) held = "" end
+  end
   local env = {}
   for k, v in pairs(m.process.envs or {}) do env[k] = v end
   local function out(which) return function(c) send{ event = { data = { [which] = b64.encode(c) } } } end end

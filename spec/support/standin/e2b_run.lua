@@ -35,6 +35,7 @@ function M.start(o)
   local key = os.getenv(M.KEY_VAR)
   local argv = { S.BIN, src .. "/spec/support/standin/e2b.lua", "--port-file", port_file, "--api-key", key }
   if o.scale then argv[#argv + 1] = "--scale" end
+  if o.split then argv[#argv + 1] = "--split-envelopes" end
   if o.rate then argv[#argv + 1] = "--rate" argv[#argv + 1] = tostring(o.rate) end
   if o.max_concurrent then argv[#argv + 1] = "--max-concurrent" argv[#argv + 1] = tostring(o.max_concurrent) end
   if o.backend then argv[#argv + 1] = "--backend" argv[#argv + 1] = o.backend end

@@ -184,10 +184,13 @@ function Standin:control(req, res)
     return fail(res, 401, "Invalid API key, it must start with 'e2b_' prefix and be valid")
   end
   -- the SDK's v2 create/connect take the documented bodies
-  local path = req.path:gsub("^/v2/sandboxes$", "/sandboxes"):gsub("^/v2/(sandboxes/[^/]+/connect)$", "/%1")
-  if req.method == "POST" and req.path == "/v2/sandboxes" then path = "/sandboxes" end
+  -- (the spec has GET /v2/sandboxes; the SDK also creates with POST /v2/sandboxes
+  -- and connects with POST /v2/sandboxes/{id}/connect, not in the spec)
+  local path = req.path
+  if req.method == "POST" then
+    path = path:gsub("^/v2/sandboxes$", "/sandboxes"):gsub("^/v2/(sandboxes/[^/]+/connect)$", "/%1")
+  end
   local op, params = self.api:match(req.method, path)
-  if req.method == "GET" and req.path == "/v2/sandboxes" then op, params = self.api:match("GET", "/v2/sandboxes") end
   if not op then return fail(res, 404, "no route " .. req.method .. " " .. req.path) end
   local why = self.api:check(op, req.query, req.body)
   if why then return fail(res, 400, why) end
@@ -291,6 +294,7 @@ function Standin:count() return self.live end
 
 function Standin:close()
   for _, box in pairs(self.boxes) do self:kill(box) end
+  for _, snap in pairs(self.snapshots) do if snap.dir then require("sbx.fs").rmtree(snap.dir) end end
   self.srv:close()
 end
 

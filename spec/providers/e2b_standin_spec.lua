@@ -83,6 +83,30 @@ describe("e2b stand-in", function()
   end)
 end)
 
+if S.gate("bwrap", "e2b: create options (the stand-in's sandboxes on bwrap)") then describe("e2b: create options", function()
+  it("allow_internet = false reaches E2B and the sandbox has no network but lo; env_vars and labels too", function()
+    local s = R.start{ backend = "bwrap" }
+    local ok, err = pcall(function()
+      R.use(s)
+      local sb <close> = sbx.sandbox("e2b", { allow_internet = false, env_vars = { GREETING = "hi" },
+                                               labels = { team = "blue" } })
+      local sid = sb:session_state().state.sandbox_id
+      local r = assert(http.request{ url = s.url .. "/sandboxes/" .. sid, headers = { ["x-api-key"] = s.key } })
+      local d = json.decode(r.body)
+      assert.is_false(d.allowInternetAccess)
+      assert.equal("blue", d.metadata.team)
+      assert.equal(sb.id, d.metadata["sbxlua.id"])
+      local ifaces = {}
+      for name in sb:execute_command("cat", { "/proc/net/dev" }).stdout:gmatch("\n%s*([%w]+):") do ifaces[#ifaces + 1] = name end
+      assert.same({ "lo" }, ifaces)
+      assert.equal("hi\n", sb:execute_command("sh", { "-c", "echo $GREETING" }).stdout)
+    end)
+    require("sbx.config").use{}
+    s:stop()
+    if not ok then error(err, 0) end
+  end)
+end) end
+
 describe("e2b: Connect envelopes split across chunks", function()
   it("are put back together: exact bytes on both streams, the exit code", function()
     local s = R.start{ split = true }

@@ -83,7 +83,8 @@ local function sandbox_json(box, extra)
   local v = { templateID = box.template, sandboxID = box.id, clientID = "standin", envdVersion = M.ENVD_VERSION,
               envdAccessToken = box.token, domain = json.null, alias = box.alias,
               startedAt = iso(box.started), endAt = iso(box.end_at), cpuCount = 2, memoryMB = 512,
-              diskSizeMB = 1024, metadata = box.metadata, state = box.state, trafficAccessToken = json.null }
+              diskSizeMB = 1024, metadata = box.metadata, state = box.state, trafficAccessToken = json.null,
+              allowInternetAccess = box.internet == nil and json.null or box.internet }
   for k, x in pairs(extra or {}) do if x == false then v[k] = nil else v[k] = x end end
   return v
 end
@@ -114,6 +115,7 @@ function Standin:create(req, res, n)
   local timeout = n.timeout or (req.path:match("^/v2/") and 300 or M.DEFAULT_TIMEOUT)
   local box = { id = "i" .. rid(19), template = tpl, alias = self.templates[tpl] and tpl or nil,
                 metadata = n.metadata or {}, env = n.envVars or {}, started = os.time(),
+                internet = n.allow_internet_access,
                 end_at = os.time() + timeout, state = "running", procs = {}, seq = 0,
                 token = (n.secure or req.path:match("^/v2/")) and rid(16) or nil,
                 snapshot = snap and snap.dir, split = self.split }
@@ -130,7 +132,8 @@ function Standin:create(req, res, n)
   self.created = self.created + 1
   self:arm(box)
   return res:send(201, sandbox_json(box, { startedAt = false, endAt = false, cpuCount = false, memoryMB = false,
-                                           diskSizeMB = false, metadata = false, state = false }))
+                                           diskSizeMB = false, metadata = false, state = false,
+                                           allowInternetAccess = false }))
 end
 
 -- "k=v&k2=v2", keys and values URL-encoded (the SDK encodes them twice).
@@ -165,7 +168,8 @@ function Standin:list(req, res)
   end
   local page = {}
   for i = from, math.min(#all, from + limit - 1) do
-    page[#page + 1] = sandbox_json(all[i], { envdAccessToken = false, domain = false, trafficAccessToken = false })
+    page[#page + 1] = sandbox_json(all[i], { envdAccessToken = false, domain = false, trafficAccessToken = false,
+                                             allowInternetAccess = false })
   end
   local headers = { ["Content-Type"] = "application/json", ["X-Total-Running"] = tostring(self.live) }
   if from + limit <= #all then headers["X-Next-Token"] = all[from + limit].id end
@@ -224,7 +228,8 @@ function Standin:control(req, res)
     box.end_at = math.max(box.end_at, os.time() + (body.timeout or M.DEFAULT_TIMEOUT))
     self:arm(box)
     return res:send(was == "paused" and 201 or 200, sandbox_json(box, { startedAt = false, endAt = false,
-      cpuCount = false, memoryMB = false, diskSizeMB = false, metadata = false, state = false }))
+      cpuCount = false, memoryMB = false, diskSizeMB = false, metadata = false, state = false,
+      allowInternetAccess = false }))
   end
   if r == "POST /sandboxes/{sandboxID}/timeout" then
     box.end_at = os.time() + body.timeout

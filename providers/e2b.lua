@@ -522,6 +522,7 @@ end
 
 -- gc: what this host owns on E2B, by metadata (paused ones too: they have no TTL).
 function P.list_owned()
+  if not select(2, settings()) then return {} end   -- no key: E2B is not in use here (gc stays quiet)
   local ok, list = pcall(listed, { ["sbxlua.host"] = cloud.labels({})["sbxlua.host"] })
   if not ok then
     if errors.is(list, "AuthenticationError") then errors.raise("BackendNotInstalledError", list.message, { backend = "e2b" }) end

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -330,6 +331,11 @@ static int accept_k(lua_State *L, int status, lua_KContext ctx) {
   if (lua_touserdata(L, 3) && !resumed(L, s, 0, &nres)) return nres;
   int fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd >= 0) {
+    /* a server's answers go out as written (as Go's net/http does): no
+    ** Nagle wait for the peer's delayed ACK between small writes. Fails
+    ** harmlessly on a unix socket. */
+    int one = 1;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     new_stream(L, fd);
     return 1;
   }

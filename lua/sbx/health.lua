@@ -18,6 +18,11 @@ M.BREAKER_COOLDOWN = 30   -- seconds open before a trial create (doubles, max 30
 local stats = {}          -- name -> { creates, execs, outcomes, in_flight, live, cache }
 local breakers = {}       -- name -> { state, failures, opened_at, cooldown, trial }
 local slots = {}          -- name -> { used, tokens, last }
+local throttles = {}      -- name -> { rate, ceiling, until_t, hits }: admission lowered by 429s
+
+M.THROTTLE_START = 10     -- creates/s assumed before the first 429 when none is configured
+M.THROTTLE_MIN = 0.1      -- the admitted rate never goes below this
+M.THROTTLE_STEP = 0.1     -- each success gives back this share of the ceiling
 
 local function ring_push(r, v, max)
   r.n = (r.n or 0) + 1
@@ -64,13 +69,17 @@ function M.snapshot(name)
   return c
 end
 
----A create finished: latency (ms), ok, error class.
-function M.record_create(name, ms, ok, class)
+---A create finished: latency (ms), ok, error class, and the error itself
+---(a RateLimitError lowers the provider's admitted create rate; successes
+---bring it back).
+function M.record_create(name, ms, ok, class, err)
   local s = of(name)
   if ok then ring_push(s.creates, ms, M.WINDOW) end
   ring_push(s.outcomes, { ok = ok, class = class }, M.OUTCOMES)
   s.cache = nil
   M.breaker_result(name, ok, class)
+  if ok then M.recovered(name)
+  elseif errors.is(err, "RateLimitError") then M.rate_limited(name, err.retry_after or err.context.retry_after) end
 end
 
 function M.record_exec(name, ms)
@@ -83,7 +92,7 @@ function M.in_flight(name, d) local s = of(name); s.in_flight = s.in_flight + d 
 function M.live(name, d) local s = of(name); s.live = s.live + d end
 
 ---Forget everything (tests).
-function M.reset() stats, breakers, slots = {}, {}, {} end
+function M.reset() stats, breakers, slots, throttles = {}, {}, {}, {} end
 
 -- ----------------------------------------------------------- breakers
 
@@ -165,12 +174,52 @@ function M.full(name)
   end
 end
 
+---The provider answered 429: halve its admitted create rate (from the
+---configured max_creates_per_sec, else THROTTLE_START) and admit nothing
+---before `retry_after` seconds have passed.
+function M.rate_limited(name, retry_after)
+  local _, conf = limits(name)
+  local t = throttles[name]
+  local now = M.clock()
+  if not t then
+    local ceiling = conf and conf > 0 and conf or M.THROTTLE_START
+    t = { rate = ceiling, ceiling = ceiling, hits = 0 }
+    throttles[name] = t
+  end
+  t.hits = t.hits + 1
+  -- the 429s of one burst (creates admitted before the pause) halve it once
+  if not (t.until_t and now < t.until_t) then t.rate = math.max(M.THROTTLE_MIN, t.rate / 2) end
+  local pause = tonumber(retry_after) or 1 / t.rate
+  t.until_t = math.max(t.until_t or 0, now + math.min(pause, 300))
+  local s = slot(name)
+  s.tokens, s.last = 0, now
+end
+
+---A create went through: the admitted rate climbs back (additively); at
+---the ceiling the throttle is gone.
+function M.recovered(name)
+  local t = throttles[name]
+  if not t then return end
+  t.rate = t.rate + t.ceiling * M.THROTTLE_STEP
+  if t.rate >= t.ceiling then throttles[name] = nil end
+end
+
+---The create rate admitted now (nil: unlimited), and whether 429s lowered it.
+function M.admitted_rate(name)
+  local _, conf = limits(name)
+  local t = throttles[name]
+  if t then return math.min(t.rate, conf or math.huge), true end
+  return conf, false
+end
+
 -- Seconds until a create token is there (0 = take it now).
 local function token_wait(name)
-  local _, rate = limits(name)
+  local rate = M.admitted_rate(name)
   if not rate or rate <= 0 then return 0 end
   local s = slot(name)
   local now = M.clock()
+  local t = throttles[name]
+  if t and t.until_t and now < t.until_t then return t.until_t - now end
   local cap = math.max(1, rate)
   s.tokens = math.min(cap, (s.tokens or cap) + (now - (s.last or now)) * rate)
   s.last = now

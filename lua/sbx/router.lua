@@ -437,7 +437,7 @@ local function attempt(name, opts, create_on, lease)
     if lease then lease:release() end
     error(res, 0)
   end
-  if class ~= "terminal" then health.record_create(name, ms, ok, class) end
+  if class ~= "terminal" then health.record_create(name, ms, ok, class, not ok and res or nil) end
   if not ok then
     if lease then lease:release() end
     if class == "unavailable" then avail[name] = { ok = false, reason = tostring(res.message), t = loop.now() } end
@@ -620,10 +620,15 @@ function M.pinned(name, opts, create_on)
       errors.raise("BudgetExceededError", name .. ": " .. why, { backend = name, op = "create" })
     end
   end
-  local lease = health.acquire(name, true)
-  local ok, res = attempt(name, opts, create_on, lease)
-  if not ok then error(res, 0) end
-  return res
+  -- a 429 lowered the admitted rate (health): wait for it and go again,
+  -- within routing.admission_wait_secs (a 429 means nothing was made)
+  local stop = loop.now() + (config.get().routing.admission_wait_secs or 600)
+  while true do
+    local lease = health.acquire(name, true)
+    local ok, res = attempt(name, opts, create_on, lease)
+    if ok then return res end
+    if not errors.is(res, "RateLimitError") or loop.now() >= stop then error(res, 0) end
+  end
 end
 
 -- ----------------------------------------------------- a sandbox's life

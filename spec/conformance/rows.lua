@@ -56,6 +56,17 @@ return {
     traits.host_env = "SBX_CONFIG=" .. dir .. "/sbx.yaml "
     return traits
   end },
+  -- E2B through providers/e2b.lua, against the stand-in (spec/support/standin/
+  -- e2b.lua) in a process of its own whose sandboxes run on bwrap
+  e2b = { backend = "e2b", gate = "bwrap", title = "e2b (stand-in)", traits = { own_root = true },
+          setup = function(traits)
+    local R = require "spec.support.standin.e2b_run"
+    local s = R.start{ backend = "bwrap" }
+    require("busted").teardown(function() s:stop() end)
+    R.use(s)
+    traits.host_env = s.env
+    return traits
+  end },
   docker_engine = { backend = "docker", gate = "docker", mode = "engine", title = "docker (engine exec)",
                     options = { image = S.IMAGE }, traits = { own_root = true } },
 }

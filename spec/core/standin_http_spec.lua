@@ -19,6 +19,8 @@ describe("stand-in http server", function()
         res:start(200, { ["Content-Type"] = "text/plain" })
         for i = 1, 3 do res:write("part" .. i .. "\n") loop.sleep(0.01) end
         res:finish()
+      elseif req.path == "/sent" then
+        return res:send(201, { made = true })
       elseif req.path == "/boom" then
         error("handler bug")
       else
@@ -74,6 +76,16 @@ describe("stand-in http server", function()
     srv:fault{ route = "POST /echo", status = 504, after = true }
     assert.equal(504, req{ url = "/echo", method = "POST", body = "x" }.status)
     assert.equal(1, calls)
+  end)
+
+  it("after = true with a handler that answered through res:send: only the fault's answer goes out", function()
+    srv:fault{ route = "POST /sent", status = 504, after = true }
+    assert.equal(504, req{ url = "/sent", method = "POST", body = "x" }.status)
+    assert.equal(1, calls)
+    -- the next answer on the kept-alive connection is its own, not the handler's stray 201
+    local r = req{ url = "/echo?q=next" }
+    assert.equal(200, r.status)
+    assert.equal("next", json.decode(r.body).q)
   end)
 
   it("cuts a connection before the answer or in the middle of its body", function()

@@ -229,7 +229,13 @@ local function answer(srv, cn, req)
   local f = srv:take_fault(req.route)
   if f and apply(f, res) then return end
   if f and f.cut == "body" then res.fault = f end
-  local ok, status, body, headers = xpcall(srv.handler, debug.traceback, req, res)
+  -- after = true: what the handler sends goes nowhere (only the fault's answer is sent)
+  local hres = res
+  if f and f.after then
+    hres = setmetatable({ conn = { broken = false, send_raw = function() return true end,
+                                   c = { close = function() end } } }, Res)
+  end
+  local ok, status, body, headers = xpcall(srv.handler, debug.traceback, req, hres)
   if not ok then
     return res:send(500, { message = "stand-in handler failed: " .. tostring(status) })
   end

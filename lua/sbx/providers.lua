@@ -32,12 +32,20 @@ local gen = 0
 -- operation out (docs/providers.md, "What the facade builds").
 local function join(a, b) return (a == "" or a == ".") and b or (a:gsub("/+$", "") .. "/" .. b) end
 local DEFAULTS = {}
+-- An upload's file entry holds its data, or a host root to read it from
+-- (upload_dir's entries: lua/sbx/transfer.lua).
+local function entry_data(e)
+  if e.data then return e.data end
+  local parts = {}
+  for _, chunk in require("sbx.transfer").chunks(e) do parts[#parts + 1] = chunk end
+  return table.concat(parts)
+end
 function DEFAULTS.put_tree(p)
   return function(h, dir, entries)
     p.mkdir(h, dir)
     for _, e in ipairs(entries) do
       if e.type == "dir" then p.mkdir(h, join(dir, e.path))
-      elseif e.type == "file" then p.write_file(h, join(dir, e.path), e.data, e.mode) end
+      elseif e.type == "file" then p.write_file(h, join(dir, e.path), entry_data(e), e.mode) end
     end
   end
 end
@@ -52,6 +60,8 @@ function DEFAULTS.get_tree(p)
           walk(r)
         elseif it.type == "file" then
           entries[#entries + 1] = { path = r, type = "file", data = p.read_file(h, join(dir, r)) }
+        else            -- a link: nothing here reads its target; download_dir reports it skipped
+          entries[#entries + 1] = { path = r, type = it.type }
         end
       end
     end

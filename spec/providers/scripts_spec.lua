@@ -81,6 +81,27 @@ describe("a provider script on the path", function()
     for _, n in ipairs(providers.names) do assert.not_equal("listed", n) end
   end)
 
+  it("without put_tree/get_tree of its own, upload_dir and download_dir go through its file operations", function()
+    write("plain.lua", wrapped("plain", "p.put_tree, p.get_tree = nil, nil"))
+    local bin = string.rep("\0\255ab", 50000)
+    assert(fs.mkdir_host(DIR .. "/tree"))
+    assert(fs.mkdir_host(DIR .. "/tree/sub"))
+    write("tree/a.txt", "alpha")
+    write("tree/sub/b.bin", bin)
+    local sb <close> = sbx.sandbox{ only = { "plain" } }
+    sb:upload_dir(DIR .. "/tree", "up")
+    assert.equal("alpha", sb:read_file("up/a.txt"))
+    assert.equal(bin, sb:read_file("up/sub/b.bin"))
+    sb:execute_command("ln -s a.txt up/link")
+    local r = sb:download_dir("up", DIR .. "/back")
+    local f = assert(io.open(DIR .. "/back/sub/b.bin", "rb"))
+    assert.equal(bin, f:read("a"))
+    f:close()
+    assert.equal(2, r.files)
+    assert.same({ "link" }, r.skipped)                -- said, not silently dropped
+    assert.is_nil(io.open(DIR .. "/back/link"))
+  end)
+
   it("cannot take a built-in provider's name", function()
     write("bwrap.lua", wrapped("bwrap"))
     assert.is_nil(providers.get("bwrap").file)        -- the built-in module

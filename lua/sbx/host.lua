@@ -47,4 +47,13 @@ function M.left_by(entry)
   return st, st.dir or entry.dir, cg
 end
 
+---is_alive of a sandbox made of a host directory (local, bwrap): its
+---handle is open and its directory still there.
+function M.dir_alive(h)
+  if not h.root then return false end
+  local r = require("sbx.fs").open_root(h.dir)
+  if r then r:close() end
+  return r ~= nil
+end
+
 return M

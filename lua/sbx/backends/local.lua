@@ -87,12 +87,7 @@ function M.resume(state)
            session = state.session, root = root }
 end
 
-function M.is_alive(h)
-  if not h.root then return false end
-  local r = fs.open_root(h.dir)
-  if r then r:close() end
-  return r ~= nil
-end
+M.is_alive = host.dir_alive
 
 -- Kill every process of the sandbox: its cgroup, or (no cgroup) every
 -- process whose working directory is inside its own private directory

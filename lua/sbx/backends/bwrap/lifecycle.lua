@@ -100,12 +100,7 @@ function M.resume(state)
   return handle(state)
 end
 
-function M.is_alive(h)
-  if not h.root then return false end
-  local r = fs.open_root(h.dir)
-  if r then r:close() end
-  return r ~= nil
-end
+M.is_alive = host.dir_alive
 
 local function close_roots(h)
   for _, r in pairs(h.roots or {}) do r:close() end

@@ -1,14 +1,14 @@
 /*
 ** libFuzzer target for JSON from the Docker engine: lua-cjson's decoder
 ** (the Debian lua-cjson that sbxlua loads as cjson.safe) and the docker
-** backend's code that reads engine answers (lua/sbx/backends/docker.lua:
+** backend's code that reads engine answers (lua/sbx/backends/docker/:
 ** message_of, create's Id, list_owned's list, inspect's State, exec Ids).
 **
 ** The input is the engine's side of a conversation: byte 0 picks a backend
 ** entry point (list_owned, resume, create, destroy, ...); the rest is a
 ** series of HTTP answers separated by "\n--\n" (which no JSON text holds),
 ** each a status byte, a flags byte (content type, API version, truncated,
-** Retry-After) and the body. docker.lua runs unchanged, freshly loaded for
+** Retry-After) and the body. The docker/ parts run unchanged, freshly loaded for
 ** every input, over stubs of its transport (sbx.http answers from the
 ** input; sockets, tar and the loop are inert). Checked:
 **  J1 cjson.safe.decode never raises, on any body;
@@ -16,7 +16,7 @@
 **     a value v2 that encodes again, and decode of that equals v2 (deep);
 **  J3 every entry point returns, or raises a typed error (sbx.errors); a
 **     plain Lua error ("attempt to index a nil value" ...) on the engine's
-**     data is a finding: each distinct docker.lua line is reported when
+**     data is a finding: each distinct line of docker/ is reported when
 **     first seen, and all of them in one line at exit. J3 aborts with SBX_FUZZ_STRICT=1 (as fuzz/run.sh
 **     runs it; without it, for exploring, they are counted); J1, J2 and any crash always abort;
 **     SBX_FUZZ_TRACE=1 prints each request and the answer it got;
@@ -54,7 +54,7 @@ static const char harness[] =
   "local http = stub('sbx.http', {})\n"
   "function http.escape(s)\n"
   "  if type(s) ~= 'string' and type(s) ~= 'number' then\n"
-  "    -- as the C function raises, blamed on the docker.lua line calling q(): a tail call\n"
+  "    -- as the C function raises, blamed on the docker/*.lua line calling q(): a tail call\n"
   "    error(\"bad argument #1 to 'escape' (string expected, got \" .. type(s) .. ')', 2)\n"
   "  end\n"
   "  return (tostring(s):gsub('[^%w%-._~]', function(c) return string.format('%%%02X', c:byte()) end))\n"
@@ -93,13 +93,27 @@ static const char harness[] =
   "  session_id = function() return 'fuzzsession' end, lock_path = function() return '/nonexistent' end }) end\n"
   "pre['sbx.proc'] = function() return stub('sbx.proc', { random_hex = function(n) return string.rep('a', 2 * n) end }) end\n"
   "pre['sbx.agentbin'] = function() return 'AGENT' end\n"
-  "package.path = DIR .. '/?.lua'\n"
+  "package.path = DIR .. '/?.lua;' .. DIR .. '/?/init.lua'\n"
   "package.cpath = ''\n"
-  "-- a module docker.lua may start to need: inert rather than a load failure\n"
+  "-- a module docker/*.lua may start to need: inert rather than a load failure\n"
   "table.insert(package.searchers, function(name) return function() return inert(name) end end)\n"
   "local errors = require 'sbx.errors'\n"
   "local json = require 'cjson.safe'\n"
-  "local chunk = assert(loadfile(DIR .. '/sbx/backends/docker.lua'))\n"
+  "-- the docker provider's facade and parts, compiled once and run afresh\n"
+  "-- for every input (no state kept)\n"
+  "local chunks = {}\n"
+  "local ls = assert(io.popen('ls ' .. DIR .. '/sbx/backends/docker'))\n"
+  "for f in ls:lines() do\n"
+  "  local part = f:match('^([%w_]+)%.lua$')\n"
+  "  local name = part == 'init' and 'sbx.backends.docker' or 'sbx.backends.docker.' .. tostring(part)\n"
+  "  if part then chunks[name] = assert(loadfile(DIR .. '/sbx/backends/docker/' .. f)) end\n"
+  "end\n"
+  "ls:close()\n"
+  "for name, c in pairs(chunks) do pre[name] = function(...) return c(...) end end\n"
+  "local function chunk()\n"
+  "  for name in pairs(chunks) do package.loaded[name] = nil end\n"
+  "  return require 'sbx.backends.docker'\n"
+  "end\n"
   "local function fail(fmt, ...) error(string.format(fmt, ...), 0) end\n"
   "local function deep(a, b, depth)\n"
   "  if type(a) ~= 'table' or type(b) ~= 'table' then return a == b end\n"
@@ -160,15 +174,16 @@ static const char harness[] =
   "    i = j + 4\n"
   "  end\n"
   "  for _, seg in ipairs(queue) do check_json(seg:sub(3)) end\n"
-  "  local M = chunk('sbx.backends.docker')\n"
+  "  local M = chunk()\n"
   "  M.exec_mode = 'engine'\n"
   "  local e = ENTRIES[(data:byte(1) or 0) % #ENTRIES + 1]\n"
   "  local site\n"
   "  local ok, err = xpcall(e[2], function(x)\n"
-  "    for level = 2, 40 do       -- the docker.lua line that was running\n"
+  "    for level = 2, 40 do       -- the docker/*.lua line that was running\n"
   "      local d = debug.getinfo(level, 'Sl')\n"
   "      if not d then break end\n"
-  "      if d.source:find('docker%.lua$') then site = 'docker.lua:' .. d.currentline break end\n"
+  "      local part = d.source:match('/docker/([%w_]+%.lua)$')\n"
+  "      if part then site = 'docker/' .. part .. ':' .. d.currentline break end\n"
   "    end\n"
   "    return x\n"
   "  end, M)\n"

@@ -13,7 +13,6 @@
 ** not linked: loading it costs a process ~5 ms that most runs never use.
 */
 #include <dirent.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -101,21 +100,15 @@ struct hstate {
 /* ------------------------------------------------------- loading curl */
 
 static void *cu_sym(void *lib, const char *name) {
-  void *f = dlsym(lib, name);
-  if (!f) snprintf(cu_why, sizeof cu_why, "libcurl too old or not the real one (no %s): apt-get install libcurl4", name);
-  return f;
+  return sbx_dlsym(lib, name, "libcurl", "libcurl4", cu_why, sizeof cu_why);
 }
 
 static int load_curl(void) {
   void *lib;
   if (cu_loaded) return cu_loaded > 0;
   cu_loaded = -1;
-  if ((lib = dlopen("libcurl.so.4", RTLD_LAZY | RTLD_LOCAL)) == NULL) {
-    const char *e = dlerror();
-    snprintf(cu_why, sizeof cu_why,
-             "libcurl not found: apt-get install libcurl4 (%s)", e ? e : "?");
+  if ((lib = sbx_dlopen("libcurl.so.4", "libcurl", "libcurl4", cu_why, sizeof cu_why)) == NULL)
     return 0;
-  }
 #define X(f) \
   if (!(cu.f = (__typeof__(cu.f))cu_sym(lib, "curl_" #f))) return 0;
   CURL_FUNCS(X)

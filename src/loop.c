@@ -56,38 +56,6 @@ static int step(sbx_loop *lp, int block);
 
 /* ---------------------------------------------------------------- errors */
 
-const char *sbx_errno_name(int err) {
-  switch (err) {
-#define E(x) case x: return #x;
-    E(ENOENT) E(EEXIST) E(EACCES) E(EPERM) E(ENOTDIR) E(EISDIR) E(EINVAL)
-    E(ENOSPC) E(EMFILE) E(ENFILE) E(ENOMEM) E(EAGAIN) E(EBUSY) E(ELOOP)
-    E(ENAMETOOLONG) E(EXDEV) E(EPIPE) E(ESRCH) E(ECHILD) E(ENOEXEC)
-    E(E2BIG) E(EROFS) E(ENOTEMPTY) E(ETIMEDOUT) E(EINTR) E(EIO)
-    E(ECONNREFUSED) E(ECONNRESET) E(EHOSTUNREACH) E(ENOTCONN) E(EPROTO)
-    E(ENETUNREACH) E(EADDRNOTAVAIL) E(ECANCELED)
-#undef E
-    default: return "EUNKNOWN";
-  }
-}
-
-int sbx_fail(lua_State *L, const char *op, const char *detail,
-             const char *code) {
-  lua_pushnil(L);
-  lua_pushfstring(L, "%s: %s", op, detail);
-  lua_pushstring(L, code);
-  return 3;
-}
-
-int sbx_fail_errno(lua_State *L, const char *op, const char *what, int err) {
-  lua_pushnil(L);
-  if (what)
-    lua_pushfstring(L, "%s: %s: %s", op, what, strerror(err));
-  else
-    lua_pushfstring(L, "%s: %s", op, strerror(err));
-  lua_pushstring(L, sbx_errno_name(err));
-  return 3;
-}
-
 /* Raise an error of `kind` through the facade's factory when it is set. */
 static int raise_kind(lua_State *L, const char *kind, const char *msg) {
   sbx_loop *lp = sbx_loop_get(L);

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 #include "lua.h"
+#include "fail.h"
 
 typedef struct sbx_loop sbx_loop;
 typedef struct sbx_task sbx_task;
@@ -62,11 +63,7 @@ int sbx_loop_busy(lua_State *L);
 /* Raise if the current task was cancelled (call at a primitive's entry). */
 void sbx_check_cancel(lua_State *L);
 
-/* A runtime failure: pushes nil, "<op>: <detail>", code; returns 3. */
-int sbx_fail(lua_State *L, const char *op, const char *detail, const char *code);
-/* Same, from errno. */
-int sbx_fail_errno(lua_State *L, const char *op, const char *what, int err);
-const char *sbx_errno_name(int err);
+/* sbx_fail, sbx_fail_errno, sbx_errno_name: fail.h */
 
 int luaopen_sbx_loop(lua_State *L);
 

@@ -20,7 +20,6 @@
 ** libarchive (with libxml2, ICU and libstdc++ behind it) is dlopen'ed on
 ** first need, not linked: loading it costs every start-up ~3 ms.
 */
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -69,22 +68,15 @@ static int ar_loaded;               /* 0 not tried, 1 ready, -1 failed */
 static char ar_why[256];            /* why it failed */
 
 static void *ar_sym(void *lib, const char *name) {
-  void *f = dlsym(lib, name);
-  if (!f) snprintf(ar_why, sizeof ar_why, "libarchive too old or not the real one (no %s): apt-get install libarchive13", name);
-  return f;
+  return sbx_dlsym(lib, name, "libarchive", "libarchive13", ar_why, sizeof ar_why);
 }
 
 static int load_archive(void) {
   void *lib;
   if (ar_loaded) return ar_loaded > 0;
   ar_loaded = -1;
-  if ((lib = dlopen("libarchive.so.13", RTLD_LAZY | RTLD_LOCAL)) == NULL) {
-    const char *e = dlerror();
-    snprintf(ar_why, sizeof ar_why,
-             "libarchive not found: apt-get install libarchive13 (%s)",
-             e ? e : "?");
+  if ((lib = sbx_dlopen("libarchive.so.13", "libarchive", "libarchive13", ar_why, sizeof ar_why)) == NULL)
     return 0;
-  }
 #define X(f) \
   if (!(ar.f = (__typeof__(ar.f))ar_sym(lib, "archive_" #f))) return 0;
   ARCHIVE_FUNCS(X)

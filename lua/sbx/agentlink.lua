@@ -22,10 +22,6 @@ local UNCAPPED = 1 << 62           -- streaming: the host caps what it keeps
 -- on the link keep flowing.
 local HIGH, LOW = 4 * 1024 * 1024, 1024 * 1024
 
-local function fail(kind, msg, op)
-  errors.raise(kind, msg, { op = op })
-end
-
 ---The result table of a finished command from the supervisor's status
 ---{kind, n}; raises for a command that never started.
 M.result = handle.result
@@ -271,7 +267,7 @@ function Link:spawn(req)
     max_output = req.stream and UNCAPPED or e.max }))
   if not ok then
     self.waiting[e.id] = nil
-    fail("SandboxConnectionError", "exec: the agent's stream broke: " .. tostring(err), "exec")
+    errors.raise("SandboxConnectionError", "exec: the agent's stream broke: " .. tostring(err), { op = "exec" })
   end
   if big then
     -- a task of its own: a command that answers while it reads must not

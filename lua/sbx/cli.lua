@@ -76,7 +76,7 @@ local function run_root(command, fn, ...)
   loop.on_signal(on_signal)
   -- A second signal kills the session's process trees from the handler.
   owner.on_session(function(s)
-    local base = require("sbx.backends.local").containment()
+    local base = require("sbx.host").containment()
     if base then loop.on_signal(on_signal, base .. "/" .. s.id) end
   end)
   loop.run(root)

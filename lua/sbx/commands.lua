@@ -110,7 +110,7 @@ function M.doctor()
   if j then j:close() os.remove(probe) end
   line(j ~= nil, "state directory", j and dir or tostring(jerr),
        "set SBX_STATE_DIR to a writable directory")
-  local base, why = require("sbx.backends.local").containment()
+  local base, why = require("sbx.host").containment()
   line(base ~= nil, "process containment",
        base and ("cgroup v2 at " .. base .. " (timeouts and destroy kill whole trees)")
             or ("no writable cgroup v2 (" .. tostring(why) .. "); using process groups and a /proc sweep"),
@@ -142,7 +142,7 @@ function M.doctor()
   for _, n in ipairs(providers.planned) do
     say("-     backend ", n, ": not in this build yet\n")
   end
-  local py = require("sbx.proc").which("python3", require("sbx.sandbox").DEFAULT_PATH)
+  local py = require("sbx.proc").which("python3", require("sbx.host").DEFAULT_PATH)
   line(py ~= nil, "python3 for execute_code", py or "not found", "apt-get install python3")
   local ok_busted = pcall(require, "busted.runner")
   line(ok_busted, "busted (test suite)", ok_busted and "found" or "not found", "apt-get install lua-busted")

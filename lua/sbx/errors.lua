@@ -118,6 +118,18 @@ function M.raise(kind, message, fields)
   error(M.new(kind, message, fields), 0)
 end
 
+---The raise helper of one provider: fail(kind, message, fields) raises the
+---typed error with fields.backend = `backend` (fields is taken as given).
+---@param backend string
+---@return fun(kind: string, message: string, fields?: table)
+function M.raiser(backend)
+  return function(kind, message, fields)
+    fields = fields or {}
+    fields.backend = backend
+    M.raise(kind, message, fields)
+  end
+end
+
 ---Does `err` belong to `kind` (respecting the hierarchy)?
 ---@return boolean
 function M.is(err, kind)

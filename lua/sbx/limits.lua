@@ -113,7 +113,7 @@ local found   -- controller -> { v = 1|2, dir = }, once detected
 ---@return table controller -> { v = 1 or 2, dir = base directory }
 function M.controllers()
   if not found then
-    found = M.detect(require("sbx.backends.local").containment(),
+    found = M.detect(require("sbx.host").containment(),
                      read("/proc/self/mountinfo"), read("/proc/self/cgroup"))
   end
   return found

@@ -50,7 +50,7 @@ function M.result(st, fields, argv0, cwd)
     errors.raise("SandboxExecutionError", "spawn: " .. argv0 .. ": " .. (M.STRERROR[st.n] or ("errno " .. st.n)),
                  { op = "exec", errno = M.ERRNO[st.n] })
   elseif st.kind == "nocwd" then
-    errors.raise(st.n == 2 and "FileNotFoundError" or "PathError",
+    errors.raise(M.ERRNO[st.n] == "ENOENT" and "FileNotFoundError" or "PathError",
                  "cwd " .. tostring(cwd) .. ": " .. (M.STRERROR[st.n] or ("errno " .. st.n)),
                  { op = "exec", errno = M.ERRNO[st.n] })
   elseif st.broken then     -- the link to the sandbox broke: retryable, as any lost connection

@@ -15,7 +15,7 @@ Sandbox.__tostring = function(sb)
 end
 M.Sandbox = Sandbox
 
-local DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+local DEFAULT_PATH = require("sbx.host").DEFAULT_PATH
 M.DEFAULT_PATH = DEFAULT_PATH
 local MAX_OUTPUT = 1024 * 1024
 

@@ -10,6 +10,7 @@ local proc = require "sbx.proc"
 local cgroup = require "sbx.cgroup"
 local errors = require "sbx.errors"
 local owner = require "sbx.owner"
+local host = require "sbx.host"
 
 local M = {}
 
@@ -25,15 +26,9 @@ M.descriptor = {
   limits = {},
 }
 
-local cg_base, cg_reason
----Where sandboxes' cgroups go, or nil and why not (then: process groups).
-function M.containment()
-  if cg_base == nil and cg_reason == nil then
-    local base, err = cgroup.base()
-    if base then cg_base = base else cg_reason = err end
-  end
-  return cg_base, cg_reason
-end
+---Where sandboxes' cgroups go, or nil and why not: sbx.host's (kept here
+---for callers of old).
+M.containment = host.containment
 
 function M.available() return true end
 
@@ -62,13 +57,7 @@ function M.create(spec)
     dir, own = d, true
   end
   local h = { id = spec.id, dir = dir, own = own, session = spec.session }
-  local base = M.containment()
-  if base then
-    local scg = base .. "/" .. spec.session
-    if cgroup.create(scg) and cgroup.create(scg .. "/" .. spec.id) then
-      h.cg = scg .. "/" .. spec.id
-    end
-  end
+  h.cg = host.create_sandbox_cgroup(spec.session, spec.id)
   local root, rerr, rcode = fs.open_root(dir)
   if not root then                 -- e.g. out of fds (EMFILE): fail whole
     if h.cg then cgroup.remove(h.cg) end
@@ -98,12 +87,7 @@ function M.resume(state)
            session = state.session, root = root }
 end
 
-function M.is_alive(h)
-  if not h.root then return false end
-  local r = fs.open_root(h.dir)
-  if r then r:close() end
-  return r ~= nil
-end
+M.is_alive = host.dir_alive
 
 -- Kill every process of the sandbox: its cgroup, or (no cgroup) every
 -- process whose working directory is inside its own private directory
@@ -133,12 +117,7 @@ end
 ---Destroy what a dead session left, from its journal entry or a listing.
 function M.reap(entry)
   entry = require("sbx.claims").reap_entry("local", entry)   -- no path or cgroup the journal merely claims
-  local st = entry.state or {}
-  local dir = st.dir or entry.dir
-  local cg = st.cg
-  if not cg and entry.session and M.containment() then
-    cg = M.containment() .. "/" .. entry.session .. "/" .. entry.id
-  end
+  local st, dir, cg = host.left_by(entry)
   local own = st.own ~= false and dir ~= nil
               and dir:find(owner.state_dir() .. "/local/", 1, true) == 1
   if dir then kill_all(dir, cg, own) elseif cg then cgroup.remove(cg) end
@@ -154,7 +133,7 @@ function M.list_owned() return owner.sandbox_dirs("local") end
 ---Remove a dead session's now-empty containers (directory, cgroup).
 function M.forget_session(session)
   os.remove(sandboxes_dir(session))
-  local base = M.containment()
+  local base = host.containment()
   if base then    -- each try waits up to 2 s for dying members; then say so
     local ok, err
     for _ = 1, 3 do

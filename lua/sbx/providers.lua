@@ -37,7 +37,16 @@ function DEFAULTS.put_tree(p)
     p.mkdir(h, dir)
     for _, e in ipairs(entries) do
       if e.type == "dir" then p.mkdir(h, join(dir, e.path))
-      elseif e.type == "file" then p.write_file(h, join(dir, e.path), e.data, e.mode) end
+      elseif e.type == "file" then
+        -- upload_dir's entries carry the host root to read from, not the data
+        local data = e.data
+        if data == nil and e.src then
+          local parts = {}
+          for _, chunk in require("sbx.transfer").chunks(e) do parts[#parts + 1] = chunk end
+          data = table.concat(parts)
+        end
+        p.write_file(h, join(dir, e.path), data or "", e.mode)
+      end
     end
   end
 end

@@ -7,10 +7,11 @@
 --
 -- What Tensorlake cannot do, and how this file deals with it:
 -- - no labels: sbxlua's journal is the owner record; gc reaps what a dead
---   session's journal names (reap), and every sandbox has a provider-side
---   timeout of its TTL. A create that timed out or got a 5xx is looked up
---   in the sandbox list (same image, resources and timeout, created since
---   the attempt, not one of ours) before it is sent again.
+--   session's journal names (reap). Each sandbox is named with sbxlua's id,
+--   so a create that timed out or got a 5xx is looked up by that name
+--   before it is sent again (a repeated name is a 409), and gc finds a
+--   sandbox whose create never answered. Every sandbox has a provider-side
+--   timeout of its TTL (at which Tensorlake suspends a named sandbox).
 -- - output is line-based (each line one event, its newline dropped, bytes
 --   that are not UTF-8 replaced): a command whose output is not streamed
 --   writes stdout and stderr to files in the sandbox, read back exactly
@@ -34,7 +35,6 @@ local WRAP = 'm=$1 d=$2 i=$3 o=$4 e=$5; shift 5; '
 local SIGNO = { SIGHUP = 1, SIGINT = 2, SIGQUIT = 3, SIGKILL = 9, SIGUSR1 = 10, SIGUSR2 = 12,
                 SIGPIPE = 13, SIGALRM = 14, SIGTERM = 15, SIGCONT = 18, SIGSTOP = 19 }
 
-local known = {}     -- sandbox ids this process made or adopted (never adopted twice)
 
 local function fail(kind, msg, fields)
   fields = fields or {}
@@ -42,8 +42,11 @@ local function fail(kind, msg, fields)
   errors.raise(kind, NAME .. ": " .. msg, fields)
 end
 
+local SCHEMA     -- config_schema, below
+local cfg = config
+
 local function settings()
-  local c = config()
+  local c = cfg()
   local key = env(c.api_key_env)
   local url = c.api_url or env(c.api_url_env) or DEFAULT_URL
   return c, key, url
@@ -68,8 +71,8 @@ local function daemon(h)
   local headers = { authorization = "Bearer " .. (key or ""), ["x-tensorlake-sandbox-id"] = h.id }
   local host = h.url:match("^%a+://%[?([^/%]:]+)")
   if host == "localhost" or host == "127.0.0.1" or host == "::1" then headers.host = h.id .. ".local" end
-  h.api = cloud.client{ provider = NAME, base = h.url, headers = headers, timeout = config().request_timeout,
-                        deadline = config().request_timeout * 2 }
+  h.api = cloud.client{ provider = NAME, base = h.url, headers = headers, timeout = cfg().request_timeout,
+                        deadline = cfg().request_timeout * 2 }
   return h.api
 end
 
@@ -347,33 +350,23 @@ local function poll_running(api, id, deadline)
     end
     if timer.now() + pause > deadline then
       fail("SandboxCreationError", "create: sandbox " .. id .. " was still " .. tostring(info.status)
-           .. " after " .. config().create_timeout .. " s", { op = "create", retryable = true })
+           .. " after " .. cfg().create_timeout .. " s", { op = "create", retryable = true })
     end
     timer.sleep(pause)
     pause = math.min(pause * 2, 1)
   end
 end
 
--- After a create whose answer never came (timeout, cut, 5xx): the sandbox it
--- may have made, found by what it was asked for and when.
-local function adopt(api, body, since)
-  local ok, v = pcall(api.json, api, "GET", "/sandboxes", { op = "create (lookup)" })
-  if not ok or type(v) ~= "table" or type(v.sandboxes) ~= "table" then return nil end
-  for _, s in ipairs(v.sandboxes) do
-    local r = type(s.resources) == "table" and s.resources or {}
-    local created = tonumber(s.created_at) or 0
-    if created > 1e11 then created = created / 1000 end        -- milliseconds
-    if not known[s.sandbox_id] and (s.status == "pending" or s.status == "running")
-       and created >= since - 2 and s.timeout_secs == body.timeout_secs
-       and r.cpus == body.resources.cpus and r.memory_mb == body.resources.memory_mb
-       and (s.image == json.null and nil or s.image) == body.image then
-      return s.sandbox_id
-    end
-  end
+-- The sandbox named `name`, or nil (after a create whose answer never came).
+local function by_name(api, name)
+  local res = api:request("GET", "/sandboxes/" .. http.escape(name), { op = "create (lookup)", ok = { [404] = true } })
+  if res.status == 404 then return nil end
+  local v = json.decode(res.body or "")
+  return type(v) == "table" and type(v.sandbox_id or v.id) == "string" and v or nil
 end
 
 local function create(spec)
-  local c = config()
+  local c = cfg()
   local api = control()
   if spec.image ~= nil and type(spec.image) ~= "string" then fail("ConfigError", "create: image must be a string") end
   local body = { resources = { cpus = spec.cpu or c.default_cpu, memory_mb = math.tointeger(spec.memory_mb or c.default_memory_mb) },
@@ -384,32 +377,40 @@ local function create(spec)
   if spec.disk_mb then body.resources.disk_mb = math.tointeger(spec.disk_mb) end
   if spec.snapshot_id then body.snapshot_id = tostring(spec.snapshot_id) end
   for k, v in pairs(type(spec.backend_options) == "table" and spec.backend_options or {}) do body[k] = v end
+  -- sbxlua's id names it: a create sent again after a broken answer finds
+  -- the first one (a repeated name is a 409) instead of making a second
+  body.name = spec.id
   local deadline = timer.now() + c.create_timeout
-  local id
+  local id, info
   for attempt = 1, 3 do
-    local since = os.time()
     local ok, v = pcall(api.json, api, "POST", "/sandboxes", { json = body, op = "create", idempotent = false,
                                                                 ok = { [504] = true } })
-    if ok and type(v) == "table" and type(v.sandbox_id) == "string" then id = v.sandbox_id break end
-    local err = v
-    if ok then    -- a 504 without a sandbox, or an answer without an id
-      err = errors.new("SandboxConnectionError", NAME .. ": create: the answer named no sandbox", { backend = NAME,
-                       op = "create", retryable = true, status = 504 })
+    if ok and type(v) == "table" and type(v.sandbox_id) == "string" then
+      id = v.sandbox_id
+      if v.status == "running" and type(v.sandbox_url) == "string" then info = v end
+      break
     end
-    if not errors.is(err, "SandboxConnectionError") then error(err, 0) end
+    local err = v
+    if ok then    -- a 504 that names no sandbox
+      err = errors.new("SandboxConnectionError", NAME .. ": create: HTTP 504: the answer named no sandbox",
+                       { backend = NAME, op = "create", retryable = true, status = 504 })
+    end
+    local conflict = errors.is(err, "SandboxCreationError") and type(err.context) == "table" and err.context.status == 409
+    if not conflict and not errors.is(err, "SandboxConnectionError") then error(err, 0) end
     -- the create may have happened behind the broken answer: look before sending it again
-    timer.sleep(0.2)
-    id = adopt(api, body, since)
-    if id then break end
-    if attempt == 3 or timer.now() > deadline then error(err, 0) end
+    local found = by_name(api, spec.id)
+    if found then id = found.sandbox_id or found.id break end
+    if conflict or attempt == 3 or timer.now() > deadline then error(err, 0) end
     timer.sleep(0.2 * attempt)
   end
-  known[id] = true
-  local ok, info = pcall(poll_running, api, id, deadline)
-  if not ok then
-    local gone = pcall(api.request, api, "DELETE", "/sandboxes/" .. id, { op = "destroy", ok = { [404] = true } })
-    if not gone then spec.left = true end
-    error(info, 0)
+  if not info then
+    local ok, v = pcall(poll_running, api, id, deadline)
+    if not ok then
+      local gone = pcall(api.request, api, "DELETE", "/sandboxes/" .. id, { op = "destroy", ok = { [404] = true } })
+      if not gone then spec.left = true end
+      error(v, 0)
+    end
+    info = v
   end
   local h = { id = id, url = info.sandbox_url }
   -- the working directory (an image may not have it)
@@ -439,7 +440,6 @@ local function resume(state)
     fail("SandboxNotFoundError", "resume: sandbox " .. state.sandbox_id .. " is " .. tostring(info.status),
          { op = "resume" })
   end
-  known[state.sandbox_id] = true
   return { id = state.sandbox_id, url = info.sandbox_url }
 end
 
@@ -455,7 +455,7 @@ local function snapshot(h)
                                                                        op = "snapshot", idempotent = false })
   local sid = v and v.snapshot_id
   if type(sid) ~= "string" then fail("SandboxExecutionError", "snapshot: the answer named no snapshot", { op = "snapshot" }) end
-  local stop, pause = timer.now() + config().create_timeout, 0.05
+  local stop, pause = timer.now() + cfg().create_timeout, 0.05
   while true do
     local s = api:json("GET", "/snapshots/" .. sid, { op = "snapshot" })
     if s.status == "completed" or s.status == "local_ready" then return { snapshot_id = sid } end
@@ -625,6 +625,19 @@ end
 
 -- ------------------------------------------------------------ the provider
 
+SCHEMA = {
+    api_key_env = { type = "env", default = "TENSORLAKE_API_KEY", help = "the variable holding the API key" },
+  api_url_env = { type = "env", default = "TENSORLAKE_API_URL", help = "the variable holding the API's base URL" },
+  api_url = { type = "string", help = "the API's base URL (over $TENSORLAKE_API_URL)" },
+  organization_id = { type = "string", help = "X-Forwarded-Organization-Id, for personal tokens" },
+  project_id = { type = "string", help = "X-Forwarded-Project-Id, for personal tokens" },
+  image = { type = "string", help = "the image of sandboxes whose request names none" },
+  default_cpu = { type = "number", default = 1 },
+  default_memory_mb = { type = "integer", default = 1024 },
+  create_timeout = { type = "number", default = 300, help = "seconds a create may take until the sandbox runs" },
+  request_timeout = { type = "number", default = 30, help = "seconds per HTTP request" },
+}
+
 return {
   descriptor = {
     name = NAME, description = "Tensorlake sandboxes (microVMs) over their HTTP API",
@@ -633,20 +646,8 @@ return {
     options = { image = true, cpu = true, memory_mb = true, disk_mb = true, allow_internet = true,
                 snapshot_id = true, backend_options = true },
     price = { per_vcpu_hour = 0.05, per_gib_hour = 0.015 },
-    limits = { max_concurrent = 2 },
   },
-  config_schema = {
-    api_key_env = { type = "env", default = "TENSORLAKE_API_KEY", help = "the variable holding the API key" },
-    api_url_env = { type = "env", default = "TENSORLAKE_API_URL", help = "the variable holding the API's base URL" },
-    api_url = { type = "string", help = "the API's base URL (over $TENSORLAKE_API_URL)" },
-    organization_id = { type = "string", help = "X-Forwarded-Organization-Id, for personal tokens" },
-    project_id = { type = "string", help = "X-Forwarded-Project-Id, for personal tokens" },
-    image = { type = "string", help = "the image of sandboxes whose request names none" },
-    default_cpu = { type = "number", default = 1 },
-    default_memory_mb = { type = "integer", default = 1024 },
-    create_timeout = { type = "number", default = 300, help = "seconds a create may take until the sandbox runs" },
-    request_timeout = { type = "number", default = 30, help = "seconds per HTTP request" },
-  },
+  config_schema = SCHEMA,
   available = function()
     local c, key = settings()
     if not key or key == "" then return false, "set " .. c.api_key_env end
@@ -678,9 +679,10 @@ return {
   snapshot = snapshot,
   put_tree = put_tree,
   get_tree = get_tree,
+  -- gc: what a dead session's journal names, by its sandbox id, or by
+  -- its name (sbxlua's id) when the session died before the create answered
   reap = function(entry)
-    local id = type(entry.state) == "table" and entry.state.sandbox_id
-    if not id then return end           -- killed before the create answered: its provider-side timeout ends it
-    control():request("DELETE", "/sandboxes/" .. id, { op = "gc", ok = { [404] = true } })
+    local id = type(entry.state) == "table" and entry.state.sandbox_id or entry.id
+    control():request("DELETE", "/sandboxes/" .. http.escape(id), { op = "gc", ok = { [404] = true } })
   end,
 }

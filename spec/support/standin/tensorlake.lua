@@ -12,7 +12,9 @@
 --
 -- As a separate process (its sandboxes in its own SBX_STATE_DIR):
 --   SBX_STATE_DIR=D build/sbxlua spec/support/standin/tensorlake.lua --port-file F
---     [--api-key K] [--backend bwrap|local] [--max-sandboxes N] [--pending-secs S]
+--     [--api-key K] [--backend bwrap|local] [--max-sandboxes N] [--pending-secs S] [--block-secs S]
+-- (pending: the least time a sandbox stays pending; block: how long a
+-- blocking create waits for it before answering pending, default 0)
 -- In a spec: local TL = require "spec.support.standin.tensorlake"; local s = TL.serve{...}
 -- Faults: the http.lua fault API (s.srv:fault{...}, or POST /_standin/faults).
 -- GET /_tensorlake/sandboxes lists every sandbox ever created with its status.
@@ -57,6 +59,7 @@ end
 local CREATE = {
   image = "string", timeout_secs = "number", entrypoint = "table", snapshot_id = "string", name = "string",
   file_systems = "table", allow_unauthenticated_access = "boolean", exposed_ports = "table",
+  auto_resume = "boolean", wait = "boolean", max_pending_secs = "number",
   resources = { required = { "cpus", "memory_mb" }, fields = { cpus = "number", memory_mb = "number",
                 disk_mb = "number", ephemeral_disk_mb = "number", gpus = "table" } },
   network = { fields = { allow_internet_access = "boolean", allow_out = "table", deny_out = "table" } },
@@ -75,7 +78,7 @@ function Standin:info(s)
     timeout_secs = s.timeout_secs or json.null, name = s.name or json.null,
     network = { allow_internet_access = s.internet, allow_out = D.arr({}),
                 deny_out = D.arr({}) },
-    created_at = s.created_at, terminated_at = s.terminated_at or json.null,
+    auto_resume = s.auto_resume, created_at = s.created_at, terminated_at = s.terminated_at or json.null,
     termination_reason = s.termination_reason or json.null, outcome = json.null,
     sandbox_url = running and self.srv.url or json.null,
     error_details = s.error_details or json.null,
@@ -93,16 +96,20 @@ function Standin:boot(s)
   end
   if not ok then
     s.status, s.termination_reason, s.error_details = "failed", "startup_failed", { message = tostring(sb) }
+    s.booted:notify()
     return
   end
   local wait = self.pending - (loop.now() - t0)
   if wait > 0 then loop.sleep(wait) end
   if s.status ~= "pending" then pcall(sb.destroy, sb) return end      -- deleted while pending
   s.sb, s.box, s.status = sb, D.new_box(sb), "running"
+  s.booted:notify()
   if s.timeout_secs and s.timeout_secs > 0 then
     s.reaper = loop.spawn(function()
       loop.sleep(s.timeout_secs)
-      self:terminate(s, "timeout")
+      -- a named sandbox suspends at its timeout; an unnamed one ends
+      if s.name and s.status == "running" then s.status = "suspended"
+      else self:terminate(s, "timeout") end
     end)
   end
 end
@@ -118,6 +125,11 @@ function Standin:terminate(s, reason)
   s.sb = nil
 end
 
+-- A sandbox by id, or by the name it was created with.
+function Standin:find(key)
+  return self.sandboxes[key] or (self.names[key] and self.sandboxes[self.names[key]])
+end
+
 function Standin:live_count()
   local n = 0
   for _, s in pairs(self.sandboxes) do if s.status == "pending" or s.status == "running" then n = n + 1 end end
@@ -131,6 +143,12 @@ function Standin:create(req, ns)
     return text(403, string.format("sandbox quota exceeded: the namespace already runs %d sandboxes (limit %d)",
                                    self:live_count(), self.max))
   end
+  if v.name then
+    local other = self:find(v.name)
+    if other and other.status ~= "terminated" and other.status ~= "failed" then
+      return text(409, "a sandbox named " .. v.name .. " already exists: " .. other.id)
+    end
+  end
   local snap
   if v.snapshot_id then
     snap = self.snapshots[v.snapshot_id]
@@ -141,11 +159,21 @@ function Standin:create(req, ns)
               cpus = v.resources.cpus, memory_mb = math.floor(v.resources.memory_mb),
               disk_mb = math.floor(v.resources.disk_mb or v.resources.ephemeral_disk_mb or 10240),
               timeout_secs = v.timeout_secs and math.floor(v.timeout_secs) or nil, name = v.name,
-              internet = net.allow_internet_access ~= false, created_at = os.time(), snapshot = snap }
+              internet = net.allow_internet_access ~= false, created_at = os.time(), snapshot = snap,
+              auto_resume = v.auto_resume ~= false, booted = loop.event() }
   self.sandboxes[s.id] = s
+  if s.name then self.names[s.name] = s.id end
   self.order[#self.order + 1] = s.id
   loop.spawn(self.boot, self, s)
-  return 200, { sandbox_id = s.id, status = "pending", pending_reason = "scheduling" }
+  -- the blocking create (wait unset) waits for the sandbox at most block
+  -- seconds; wait = false answers at once. Either may answer pending, with
+  -- no sandbox_url yet: that comes later, in GET /sandboxes/{id}.
+  if v.wait ~= false and self.block > 0 and s.status == "pending" then s.booted:wait(self.block) end
+  if s.status == "running" then
+    return 200, { sandbox_id = s.id, status = "running", sandbox_url = self.srv.url, name = s.name or json.null }
+  end
+  return v.wait == false and 202 or 200, { sandbox_id = s.id, status = "pending", pending_reason = "scheduling",
+                                           name = s.name or json.null }
 end
 
 function Standin:snapshot(s, req, ns)
@@ -201,11 +229,20 @@ function Standin:control(req, res)
     if m == "DELETE" then self.snapshots[sid] = nil return 200, "" end
   end
   local id, op = rest:match("^/sandboxes/([^/]+)(.*)$")
-  local s = id and self.sandboxes[id]
+  local s = id and self:find(id)
   if id and not s then return text(404, "sandbox not found: " .. id) end
   if s and op == "" and m == "GET" then return 200, self:info(s) end
   if s and op == "" and m == "DELETE" then self:terminate(s, "deleted") return 200, "" end
   if s and op == "/snapshot" and m == "POST" then return self:snapshot(s, req, ns) end
+  if s and op == "/suspend" and m == "POST" then
+    if not s.name then return text(400, "only named sandboxes can be suspended") end
+    if s.status == "running" then s.status = "suspended" end
+    return 202, ""
+  end
+  if s and op == "/resume" and m == "POST" then
+    if s.status == "suspended" then s.status = "running" end
+    return 202, ""
+  end
   return text(404, "no route " .. m .. " " .. req.path)
 end
 
@@ -219,6 +256,7 @@ function Standin:route(req, res)
   end
   if id and req.path:sub(1, 8) == "/api/v1/" then
     local s = self.sandboxes[id]
+    if s and s.status == "suspended" and s.auto_resume then s.status = "running" end   -- traffic wakes it
     if not s or s.status == "terminated" or s.status == "failed" then
       return 404, { error = "sandbox not found: " .. id, code = "SANDBOX_NOT_FOUND" }
     end
@@ -244,7 +282,8 @@ end
 ---serve{ port =, key =, backend =, max_sandboxes =, pending = seconds, state = dir } -> standin
 function M.serve(o)
   o = o or {}
-  local st = setmetatable({ key = o.key or M.KEY, sandboxes = {}, order = {}, snapshots = {},
+  local st = setmetatable({ key = o.key or M.KEY, sandboxes = {}, order = {}, snapshots = {}, names = {},
+                            block = o.block or 0,
                             max = o.max_sandboxes, pending = o.pending or 0.05,
                             state = o.state or os.getenv("SBX_STATE_DIR") or "/tmp" }, Standin)
   if not o.backend then
@@ -319,7 +358,7 @@ function Child:requests() return json.decode(self:admin("GET", "/_standin/reques
 function Child:sandboxes() return json.decode(self:admin("GET", "/_tensorlake/sandboxes").body) end
 function Child:live()
   local n = 0
-  for _, s in ipairs(self:sandboxes()) do if s.status == "pending" or s.status == "running" then n = n + 1 end end
+  for _, s in ipairs(self:sandboxes()) do if s.status ~= "terminated" and s.status ~= "failed" then n = n + 1 end end
   return n
 end
 
@@ -345,6 +384,7 @@ local function main(argv)
     elseif a == "--backend" then o.backend = v
     elseif a == "--max-sandboxes" then o.max_sandboxes = tonumber(v)
     elseif a == "--pending-secs" then o.pending = tonumber(v)
+    elseif a == "--block-secs" then o.block = tonumber(v)
     else io.stderr:write("tensorlake stand-in: unknown argument " .. a .. "\n") os.exit(2) end
     i = i + 2
   end

@@ -222,6 +222,20 @@ describe("tensorlake output and state", function()
     assert.same({ "a\n", "b\n" }, chunks)      -- line-based: the last line gets its newline
   end)
 
+  it("streams across the daemon's SSE heartbeats, and a stream without an exit event is a broken link", function()
+    local sb <close> = sbx.sandbox("tensorlake")
+    local chunks = {}
+    local r = sb:execute_command("sh", { "-c", "echo a; sleep 2.5; echo b" },
+                                 { on_stdout = function(c) chunks[#chunks + 1] = c end })
+    assert.same({ "a\n", "b\n" }, chunks)      -- two heartbeats (one a second) came between
+    assert.equal(0, r.exit_code)
+    standin:fault{ route = "POST /api/v1/processes/run", status = 200, body = "data: {\"pid\": 7, \"started_at\": 1}\n\n",
+                   headers = { ["Content-Type"] = "text/event-stream" } }
+    local e = S.caught(function() sb:execute_command("true", {}) end)
+    assert.equal("SandboxConnectionError", e.kind)
+    assert.matches("without an exit event", e.message)
+  end)
+
   it("snapshots a sandbox and creates another from it", function()
     local sb <close> = sbx.sandbox("tensorlake")
     sb:write_file("kept.txt", "from the snapshot")

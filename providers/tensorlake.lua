@@ -32,6 +32,8 @@ local WRAP = 'm=$1 d=$2 i=$3 o=$4 e=$5; shift 5; '
   .. 'printf "%s go\\n" "$m"; '
   .. '[ "$i" = - ] || exec <"$i"; [ "$o" = - ] || exec >"$o"; [ "$e" = - ] || exec 2>"$e"; exec "$@"'
 
+local POOLED_MAX = 1 << 20   -- output files bigger than this are removed, not kept for reuse
+
 local SIGNO = { SIGHUP = 1, SIGINT = 2, SIGQUIT = 3, SIGKILL = 9, SIGUSR1 = 10, SIGUSR2 = 12,
                 SIGPIPE = 13, SIGALRM = 14, SIGTERM = 15, SIGCONT = 18, SIGSTOP = 19 }
 
@@ -232,12 +234,22 @@ local Run = process_handle.class{
     self:_ended()
     return false
   end,
+  -- The output files go back to the sandbox's pool for the next command
+  -- (its redirect truncates them: no DELETE per command); large ones and
+  -- those of a command that may still write go.
   _cleanup = function(self)
-    for _, f in pairs(self.files or {}) do
-      pcall(daemon(self.h).request, daemon(self.h), "DELETE", "/api/v1/files",
-            { query = { path = f }, op = "exec cleanup", ok = { [404] = true } })
-    end
+    local f = self.files
     self.files = nil
+    if not f then return end
+    local keep = f.out and self.status and self.status.kind ~= "lost" and self.status.kind ~= "killed"
+                 and not self.truncated and self.outn + self.errn < POOLED_MAX and #self.h.pool < 8
+    for k, path in pairs(f) do
+      if not keep or k == "in" then
+        pcall(daemon(self.h).request, daemon(self.h), "DELETE", "/api/v1/files",
+              { query = { path = path }, op = "exec cleanup", ok = { [404] = true } })
+      end
+    end
+    if keep then self.h.pool[#self.h.pool + 1] = { out = f.out, err = f.err } end
   end,
   _status = function(self) return self.status end,
   running = function(self) return self.status == nil end,
@@ -276,7 +288,9 @@ local function spawn(h, req)
   local files, fin, fout, ferr = {}, "-", "-", "-"
   local redirected = not req.stream
   if redirected then
-    fout, ferr = base .. ".out", base .. ".err"
+    h.pool = h.pool or {}
+    local slot = table.remove(h.pool) or { out = base .. ".out", err = base .. ".err" }
+    fout, ferr = slot.out, slot.err
     files.out, files.err = fout, ferr
   end
   if not req.keep_stdin then
@@ -413,8 +427,12 @@ local function create(spec)
     info = v
   end
   local h = { id = id, url = info.sandbox_url }
-  -- the working directory (an image may not have it)
-  local okm, code = pcall(run_cmd, h, { "mkdir", "-p", HOME }, "create")
+  -- the working directory: made when the image has none (a listing is
+  -- cheaper than the sandbox's first process)
+  local okl, res = pcall(daemon(h).request, daemon(h), "GET", "/api/v1/files/list",
+                         { query = { path = HOME }, op = "create", ok = { [404] = true } })
+  local okm, code = okl, 0
+  if not okl or res.status == 404 then okm, code = pcall(run_cmd, h, { "mkdir", "-p", HOME }, "create") end
   if not okm or code ~= 0 then
     pcall(api.request, api, "DELETE", "/sandboxes/" .. id, { op = "destroy", ok = { [404] = true } })
     if not okm then error(code, 0) end

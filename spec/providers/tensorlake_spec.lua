@@ -222,6 +222,21 @@ describe("tensorlake output and state", function()
     assert.same({ "a\n", "b\n" }, chunks)      -- line-based: the last line gets its newline
   end)
 
+  it("reuses a finished command's output files: a later, shorter output is only its own", function()
+    local sb <close> = sbx.sandbox("tensorlake")
+    local r = sb:execute_command("sh", { "-c", "printf 'a long first output'; printf 'first err' >&2" })
+    assert.same({ "a long first output", "first err" }, { r.stdout, r.stderr })
+    r = sb:execute_command("printf", { "x" })
+    assert.same({ "x", "" }, { r.stdout, r.stderr })
+    -- two at once get two pairs of files
+    local a = sb:spawn("sh", { "-c", "sleep 0.5; printf A" }, { stdin = "" })
+    local b = sb:spawn("sh", { "-c", "printf B" }, { stdin = "" })
+    assert.equal("B", b:wait().stdout)
+    assert.equal("A", a:wait().stdout)
+    local left = sb:execute_command("sh", { "-c", "ls -a /tmp | grep -c '^.sbxlua-' || true" }).stdout
+    assert.is_true(tonumber(left) <= 4, left)    -- at most the pooled pairs, never one per command
+  end)
+
   it("streams across the daemon's SSE heartbeats, and a stream without an exit event is a broken link", function()
     local sb <close> = sbx.sandbox("tensorlake")
     local chunks = {}

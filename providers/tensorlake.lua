@@ -123,13 +123,13 @@ end
 -- next `data:` event (comments and heartbeats skipped), nil at the end.
 local MAX_EVENT = 64 << 20
 local function events(res)
-  local buf, done = "", false
+  local buf, done, from = "", false, 1
   return function()
     while true do
-      local i, j = buf:find("\r?\n\r?\n")
+      local i, j = buf:find("\r?\n\r?\n", from)
       if i then
         local block = buf:sub(1, i - 1)
-        buf = buf:sub(j + 1)
+        buf, from = buf:sub(j + 1), 1
         local data = {}
         for line in (block .. "\n"):gmatch("([^\n]*)\n") do
           line = line:gsub("\r$", "")
@@ -146,6 +146,7 @@ local function events(res)
         local chunk = res:read()
         if not chunk then done = true
         else
+          from = math.max(1, #buf - 3)       -- a long line is scanned once, not once per chunk
           buf = buf .. chunk
           if #buf > MAX_EVENT then
             fail("SandboxConnectionError", "exec: an event of the output stream is over " .. MAX_EVENT .. " bytes",
@@ -281,6 +282,7 @@ local Run = process_handle.class{
 }
 
 local function spawn(h, req)
+  if type(req.argv) ~= "table" or #req.argv == 0 then fail("ConfigError", "exec: empty argv", { op = "exec" }) end
   local api = daemon(h)
   local tag = random_tag()
   local cwd = resolve(h, req.cwd or HOME, "exec")
@@ -302,8 +304,7 @@ local function spawn(h, req)
     end
   end
   local args = { "-c", WRAP, "sbxlua", tag, cwd, fin, fout, ferr }
-  for i, a in ipairs(req.argv) do args[#args + 1] = a end
-  if #req.argv == 0 then fail("ConfigError", "exec: empty argv", { op = "exec" }) end
+  for _, a in ipairs(req.argv) do args[#args + 1] = a end
   local envmap = {}
   for _, kv in ipairs(req.env or {}) do
     local k, v = kv:match("^([^=]+)=(.*)$")
@@ -341,9 +342,8 @@ local function spawn(h, req)
       stream = true, timeout = wait, headers = { accept = "text/event-stream" } })
     hd.next = events(hd.res)
   end
-  if req.want_pid or req.keep_stdin then
-    while not hd.pid and hd:_more() do end     -- the first event names the pid
-  end
+  -- the first event names the pid (a kill needs it)
+  while not hd.pid and hd:_more() do end
   return hd
 end
 
@@ -454,6 +454,10 @@ local function resume(state)
   local api = control()
   local res = api:request("GET", "/sandboxes/" .. state.sandbox_id, { op = "resume" })
   local info = json.decode(res.body) or {}
+  if info.status == "suspended" or info.status == "suspending" then     -- past its timeout: wake it
+    api:request("POST", "/sandboxes/" .. state.sandbox_id .. "/resume", { op = "resume", idempotent = true })
+    info = poll_running(api, state.sandbox_id, timer.now() + cfg().create_timeout)
+  end
   if info.status ~= "running" or type(info.sandbox_url) ~= "string" then
     fail("SandboxNotFoundError", "resume: sandbox " .. state.sandbox_id .. " is " .. tostring(info.status),
          { op = "resume" })

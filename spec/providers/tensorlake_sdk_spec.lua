@@ -89,6 +89,34 @@ describe("the official tensorlake Python SDK against the stand-in", function()
     assert.is_true(seen["GET /api/v1/files/list"])
   end)
 
+  it("streams across heartbeats, times a command out on the server, runs a background process", function()
+    local out, status = python([[
+import json, time
+from tensorlake.sandbox import Sandbox
+out = {}
+sb = Sandbox.create(cpus=1.0, memory_mb=512, timeout_secs=300)
+r = sb.run("sh", args=["-c", "echo early; sleep 2.5; echo late"])
+out["hb"] = [r.stdout, r.exit_code]
+t = time.time()
+r = sb.run("sleep", args=["30"], timeout=1)
+out["timeout"] = [r.exit_code, time.time() - t < 10]
+p = sb.start_process("sh", args=["-c", "echo bg; echo done"])
+for _ in range(100):
+    if sb.get_process(p.pid).status.value != "running":
+        break
+    time.sleep(0.05)
+out["bg"] = [sb.get_process(p.pid).exit_code, sb.get_stdout(p.pid).lines]
+sb.terminate()
+print(json.dumps(out))
+]])
+    assert.equal(0, status, out)
+    local v = json.decode(out:match("(%b{})%s*$"))
+    assert.same({ "early\nlate", 0 }, v.hb)
+    assert.same({ -9, true }, v.timeout)
+    assert.same({ 0, { "bg", "done" } }, v.bg)
+    assert.equal(0, standin:live())
+  end)
+
   it("shows the stand-in's errors as the real server's: (status N): <body>", function()
     standin:fault{ route = "POST /v1/namespaces/default/sandboxes", status = 401, body = "invalid API key" }
     local out = python([[

@@ -296,6 +296,34 @@ describe("tensorlake output and state", function()
     h.cleanup()
   end)
 
+  it("gc after a SIGKILL in the middle of a create finds the sandbox by its name", function()
+    local slow = TL.start{ args = { "--pending-secs", "30" } }     -- it stays pending: the create waits
+    local h = S.home("tl-gc-mid", { vars = { TENSORLAKE_API_URL = slow.url, TENSORLAKE_API_KEY = slow.key } })
+    local ok, err = pcall(function()
+      local job = h.write("mid.lua", [[
+        print("creating") io.stdout:flush()
+        sbx.sandbox("tensorlake")
+      ]])
+      local p = h.start({ job })
+      S.expect_output(p, "creating\n")
+      for _ = 1, 200 do
+        if #slow:sandboxes() > 0 then break end
+        require("sbx.loop").sleep(0.05)
+      end
+      assert.equal(1, slow:live())
+      os.execute("kill -9 " .. p.pid)
+      p:wait()
+      p:close()
+      local r = h.run({ "gc" })
+      assert.equal(0, r.exit_code, r.stderr)
+      assert.matches("destroyed 1 sandbox", r.stdout)
+      assert.equal(0, slow:live())
+    end)
+    slow:stop()
+    h.cleanup()
+    assert(ok, err)
+  end)
+
   it("providers and doctor say to set TENSORLAKE_API_KEY when it is missing", function()
     local h = S.home("tl-nokey")
     local r = h.run({ "providers" })

@@ -252,7 +252,7 @@ function Standin:route(req, res)
   if req.path == "/_tensorlake/sandboxes" then
     local out = {}
     for _, sid in ipairs(self.order) do out[#out + 1] = { id = sid, status = self.sandboxes[sid].status } end
-    return 200, D.arr(out)
+    return 200, #out == 0 and "[]" or out, { ["Content-Type"] = "application/json" }
   end
   if id and req.path:sub(1, 8) == "/api/v1/" then
     local s = self.sandboxes[id]

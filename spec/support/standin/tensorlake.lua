@@ -367,8 +367,9 @@ function Child:stop()
   if self.stopped then return end
   self.stopped = true
   if self.p:running() then self.p:kill(15) end
-  pcall(self.p.wait, self.p)
+  local ok = pcall(self.p.wait, self.p)
   pcall(self.p.close, self.p)
+  if ok then require("sbx.fs").rmtree(self.dir) end     -- its sandboxes went with it
 end
 
 -- ------------------------------------------------------------ as a process

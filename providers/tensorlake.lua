@@ -19,6 +19,7 @@
 --   newline (a missing last newline and non-UTF-8 bytes do not survive).
 -- - no sandbox-level environment: every process gets req.env.
 -- - no mkdir or chmod in the file API: a command does them.
+-- (One file over 400 lines: a provider is one file, docs/providers.md.)
 local NAME = "tensorlake"
 local DEFAULT_URL = "https://api.tensorlake.ai"
 local HOME = "/workspace"

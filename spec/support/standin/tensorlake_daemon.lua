@@ -21,8 +21,6 @@ M.HEARTBEAT = 1          -- seconds between SSE comments while a stream is idle
 
 local SIGNO = { SIGHUP = 1, SIGINT = 2, SIGQUIT = 3, SIGKILL = 9, SIGUSR1 = 10, SIGSEGV = 11,
                 SIGUSR2 = 12, SIGPIPE = 13, SIGALRM = 14, SIGTERM = 15 }
-local SIGNAME = {}
-for k, v in pairs(SIGNO) do SIGNAME[v] = k end
 
 -- cjson 2.1 has no array marker: an empty list goes out as this and
 -- M.encode turns it into [].
@@ -352,5 +350,4 @@ function M.handle(box, req, res)
   return fail(404, "NOT_FOUND", "no route " .. m .. " " .. p)
 end
 
-M.SIGNAME = SIGNAME
 return M

@@ -44,8 +44,9 @@ return {
   -- a cloud provider script over HTTP: providers/tensorlake.lua against the
   -- Tensorlake stand-in (spec/support/standin/tensorlake.lua, a process of
   -- its own whose sandboxes are bwrap ones), pointed at as a user would:
-  -- TENSORLAKE_API_URL and TENSORLAKE_API_KEY
-  tensorlake = { backend = "tensorlake", title = "tensorlake (stand-in)", traits = { own_root = true },
+  -- TENSORLAKE_API_URL and TENSORLAKE_API_KEY. Gated on bwrap: a sandbox of
+  -- the stand-in on local would run commands on the host's own /
+  tensorlake = { backend = "tensorlake", gate = "bwrap", title = "tensorlake (stand-in)", traits = { own_root = true },
                  setup = function(traits)
     local standin = require("spec.support.standin.tensorlake").start()
     local proc = require "sbx.proc"

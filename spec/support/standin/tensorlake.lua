@@ -6,7 +6,8 @@
 -- `Host: {id}.local` or `X-Tensorlake-Sandbox-Id: {id}` at the `sandbox_url`
 -- a running sandbox reports (never the create answer: it comes late, once
 -- the sandbox runs). Every sandbox is a real sbx sandbox (bwrap; local where
--- bwrap is missing). Requests are checked strictly: an unknown field or a
+-- bwrap is missing, whose commands see the host's / : enough for the SDK's
+-- smoke test, not for the conformance suite, which is gated on bwrap). Requests are checked strictly: an unknown field or a
 -- missing required one is a 400. Errors of the control plane are text, as
 -- the real one's, which the SDK shows as `(status N): <body>`.
 --

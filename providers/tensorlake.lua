@@ -63,7 +63,7 @@ local function control()
   if c.project_id then headers["x-forwarded-project-id"] = c.project_id end
   return cloud.client{ provider = NAME, base = url, headers = headers, timeout = c.request_timeout,
                        deadline = c.request_timeout * 2,
-                       quota = { "quota exceeded", "limit exceeded", "maximum number of" } }
+                       quota = { "quota exceeded", "maximum number of" } }
 end
 
 -- The daemon of a running sandbox: at a loopback sandbox_url the SDK names

@@ -119,6 +119,23 @@ describe("tensorlake errors", function()
     assert.is_nil(e.context.retry_after)
   end)
 
+  it("the stand-in's own create rate limit is a RateLimitError with the wait it asks", function()
+    local limited = TL.start{ args = { "--creates-per-sec", "1" } }
+    proc.setenv("TENSORLAKE_API_URL", limited.url)
+    local ok, err = pcall(function()
+      local a <close> = sbx.sandbox("tensorlake")
+      local e = S.caught(function() sbx.sandbox("tensorlake") end)
+      assert.equal("RateLimitError", e.kind)
+      assert.equal(429, e.context.status)
+      assert.equal(1, e.context.retry_after)
+      assert.matches("rate limit exceeded", e.message)
+      assert.equal(1, limited:live())
+    end)
+    proc.setenv("TENSORLAKE_API_URL", standin.url)
+    limited:stop()
+    assert(ok, err)
+  end)
+
   it("a quota answer is QuotaExceededError", function()
     local limited = TL.start{ args = { "--max-sandboxes", "1" } }
     proc.setenv("TENSORLAKE_API_URL", limited.url)

@@ -14,8 +14,10 @@
 -- As a separate process (its sandboxes in its own SBX_STATE_DIR):
 --   SBX_STATE_DIR=D build/sbxlua spec/support/standin/tensorlake.lua --port-file F
 --     [--api-key K] [--backend bwrap|local] [--max-sandboxes N] [--pending-secs S] [--block-secs S]
+--     [--creates-per-sec R]
 -- (pending: the least time a sandbox stays pending; block: how long a
--- blocking create waits for it before answering pending, default 0)
+-- blocking create waits for it before answering pending, default 0;
+-- creates-per-sec: past that rate a create is a 429 with Retry-After)
 -- In a spec: local TL = require "spec.support.standin.tensorlake"; local s = TL.serve{...}
 -- Faults: the http.lua fault API (s.srv:fault{...}, or POST /_standin/faults).
 -- GET /_tensorlake/sandboxes lists every sandbox ever created with its status.
@@ -140,6 +142,17 @@ end
 function Standin:create(req, ns)
   local v, why = check(req.body, CREATE, { "resources" })
   if not v then return text(400, why) end
+  if self.rate then    -- a token bucket of creates per second: past it, 429 with Retry-After
+    local now = loop.now()
+    self.tokens = math.min(self.rate, (self.tokens or self.rate) + (now - (self.filled or now)) * self.rate)
+    self.filled = now
+    if self.tokens < 1 then
+      local wait = math.ceil((1 - self.tokens) / self.rate)
+      return 429, "rate limit exceeded: at most " .. self.rate .. " creates per second",
+             { ["Content-Type"] = "text/plain; charset=utf-8", ["Retry-After"] = tostring(wait) }
+    end
+    self.tokens = self.tokens - 1
+  end
   if self.max and self:live_count() >= self.max then
     return text(403, string.format("sandbox quota exceeded: the namespace already runs %d sandboxes (limit %d)",
                                    self:live_count(), self.max))
@@ -284,7 +297,7 @@ end
 function M.serve(o)
   o = o or {}
   local st = setmetatable({ key = o.key or M.KEY, sandboxes = {}, order = {}, snapshots = {}, names = {},
-                            block = o.block or 0,
+                            block = o.block or 0, rate = o.creates_per_sec,
                             max = o.max_sandboxes, pending = o.pending or 0.05,
                             state = o.state or os.getenv("SBX_STATE_DIR") or "/tmp" }, Standin)
   if not o.backend then
@@ -387,6 +400,7 @@ local function main(argv)
     elseif a == "--max-sandboxes" then o.max_sandboxes = tonumber(v)
     elseif a == "--pending-secs" then o.pending = tonumber(v)
     elseif a == "--block-secs" then o.block = tonumber(v)
+    elseif a == "--creates-per-sec" then o.creates_per_sec = tonumber(v)
     else io.stderr:write("tensorlake stand-in: unknown argument " .. a .. "\n") os.exit(2) end
     i = i + 2
   end

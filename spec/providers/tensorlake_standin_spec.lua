@@ -114,4 +114,31 @@ describe("the tensorlake stand-in", function()
     call("DELETE", "/sandboxes/" .. id)
     assert.equal(0, standin:live())
   end)
+
+  it("--light: sandboxes with no process behind them answer sbxlua's commands and files", function()
+    local light = TL.start{ args = { "--light", "--pending-secs", "0", "--creates-per-sec", "1000" } }
+    local proc, sbx = require "sbx.proc", require "sbx"
+    proc.setenv("TENSORLAKE_API_URL", light.url)
+    proc.setenv("TENSORLAKE_API_KEY", light.key)
+    local ok, err = pcall(function()
+      local items, got = {}, {}
+      for i = 1, 40 do items[i] = i end
+      sbx.parallel(items, function(i)
+        local sb <close> = sbx.sandbox("tensorlake")
+        got[i] = sb:execute_command("echo", { "n" .. i }).stdout
+        sb:write_file("f", "\0" .. i)
+        got[i] = got[i] .. sb:execute_command("cat", { "f" }).stdout
+      end, { concurrency = 20 })
+      for i = 1, 40 do assert.equal("n" .. i .. "\n\0" .. i, got[i]) end
+      assert.equal(0, light:live())
+      local sb <close> = sbx.sandbox("tensorlake")
+      -- only built-ins: no shell or interpreter behind it
+      assert.equal("SandboxExecutionError", require("spec.support").kind_of(function() sb:execute_command("python3", {}) end))
+      assert.equal(1, sb:execute_command("false", {}).exit_code)
+    end)
+    proc.setenv("TENSORLAKE_API_URL", nil)
+    proc.setenv("TENSORLAKE_API_KEY", nil)
+    light:stop()
+    assert(ok, err)
+  end)
 end)

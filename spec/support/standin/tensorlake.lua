@@ -14,10 +14,11 @@
 -- As a separate process (its sandboxes in its own SBX_STATE_DIR):
 --   SBX_STATE_DIR=D build/sbxlua spec/support/standin/tensorlake.lua --port-file F
 --     [--api-key K] [--backend bwrap|local] [--max-sandboxes N] [--pending-secs S] [--block-secs S]
---     [--creates-per-sec R]
+--     [--creates-per-sec R] [--light]
 -- (pending: the least time a sandbox stays pending; block: how long a
 -- blocking create waits for it before answering pending, default 0;
--- creates-per-sec: past that rate a create is a 429 with Retry-After)
+-- creates-per-sec: past that rate a create is a 429 with Retry-After;
+-- light: no process behind a sandbox, for scale runs: tensorlake_light.lua)
 -- In a spec: local TL = require "spec.support.standin.tensorlake"; local s = TL.serve{...}
 -- Faults: the http.lua fault API (s.srv:fault{...}, or POST /_standin/faults).
 -- GET /_tensorlake/sandboxes lists every sandbox ever created with its status.
@@ -92,7 +93,12 @@ end
 function Standin:boot(s)
   local t0 = loop.now()
   local sbx = require "sbx"
-  local ok, sb = pcall(sbx.sandbox, self.backend, { allow_internet = s.internet, timeout_secs = (s.timeout_secs or 3600) + 120 })
+  local ok, sb
+  if self.light then
+    ok, sb = true, require("spec.support.standin.tensorlake_light").new()
+  else
+    ok, sb = pcall(sbx.sandbox, self.backend, { allow_internet = s.internet, timeout_secs = (s.timeout_secs or 3600) + 120 })
+  end
   if ok and s.snapshot then
     local up = pcall(sb.upload_dir, sb, s.snapshot.dir, "/workspace")
     if not up then pcall(sb.destroy, sb) ok, sb = false, "the snapshot could not be restored" end
@@ -297,7 +303,7 @@ end
 function M.serve(o)
   o = o or {}
   local st = setmetatable({ key = o.key or M.KEY, sandboxes = {}, order = {}, snapshots = {}, names = {},
-                            block = o.block or 0, rate = o.creates_per_sec,
+                            block = o.block or 0, rate = o.creates_per_sec, light = o.light,
                             max = o.max_sandboxes, pending = o.pending or 0.05,
                             state = o.state or os.getenv("SBX_STATE_DIR") or "/tmp" }, Standin)
   if not o.backend then
@@ -401,6 +407,7 @@ local function main(argv)
     elseif a == "--pending-secs" then o.pending = tonumber(v)
     elseif a == "--block-secs" then o.block = tonumber(v)
     elseif a == "--creates-per-sec" then o.creates_per_sec = tonumber(v)
+    elseif a == "--light" then o.light = true i = i - 1
     else io.stderr:write("tensorlake stand-in: unknown argument " .. a .. "\n") os.exit(2) end
     i = i + 2
   end
@@ -411,7 +418,7 @@ local function main(argv)
     f:close()
     assert(os.rename(port_file .. ".tmp", port_file))
   end
-  io.stderr:write("tensorlake stand-in on " .. st.url .. " (" .. st.backend .. ")\n")
+  io.stderr:write("tensorlake stand-in on " .. st.url .. " (" .. (st.light and "light" or st.backend) .. ")\n")
   while true do loop.sleep(3600) end
 end
 

@@ -1063,9 +1063,24 @@ static int proc_uname(lua_State *L) {
   return 2;
 }
 
+/* proc.setenv(name, value | nil) -> true | nil, msg: this process's own
+** environment (children get the env their spawn names, never this one).
+** For setup before any thread that reads the environment runs: a spec
+** pointing a provider at its stand-in, as a user's shell would. */
+static int proc_setenv(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  const char *value = luaL_optstring(L, 2, NULL);
+  if (!*name || strchr(name, '=')) return luaL_argerror(L, 1, "not a variable name");
+  int rc = value ? setenv(name, value, 1) : unsetenv(name);
+  if (rc != 0) return sbx_fail_errno(L, "setenv", NULL, errno);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
 static const luaL_Reg proc_funcs[] = {
   {"getpid", proc_getpid},
   {"uname", proc_uname},
+  {"setenv", proc_setenv},
   {"random_hex", proc_random_hex},
   {"spawn", proc_spawn},
   {"spawner", proc_spawner},

@@ -69,4 +69,19 @@ return {
   end },
   docker_engine = { backend = "docker", gate = "docker", mode = "engine", title = "docker (engine exec)",
                     options = { image = S.IMAGE }, traits = { own_root = true } },
+  -- a cloud provider script over HTTP: providers/tensorlake.lua against the
+  -- Tensorlake stand-in (spec/support/standin/tensorlake.lua, a process of
+  -- its own whose sandboxes are bwrap ones), pointed at as a user would:
+  -- TENSORLAKE_API_URL and TENSORLAKE_API_KEY. Gated on bwrap: a sandbox of
+  -- the stand-in on local would run commands on the host's own /
+  tensorlake = { backend = "tensorlake", gate = "bwrap", title = "tensorlake (stand-in)", traits = { own_root = true },
+                 setup = function(traits)
+    local standin = require("spec.support.standin.tensorlake").start()
+    local proc = require "sbx.proc"
+    proc.setenv("TENSORLAKE_API_URL", standin.url)
+    proc.setenv("TENSORLAKE_API_KEY", standin.key)
+    traits.host_env = "TENSORLAKE_API_URL=" .. standin.url .. " TENSORLAKE_API_KEY=" .. standin.key .. " "
+    traits.standin = standin
+    return traits
+  end },
 }

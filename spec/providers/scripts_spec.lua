@@ -173,6 +173,21 @@ describe("a hostile or broken provider script", function()
   end)
 end)
 
+describe("what the facade supplies", function()
+  it("upload_dir without put_tree writes each file's data (mkdir + write_file)", function()
+    local file = write("noputtree.lua", wrapped("noputtree", "p.put_tree = nil p.get_tree = nil"))
+    local dir = assert(fs.mkdtemp("/tmp", "sbxspec-puttree-"))
+    assert(os.execute("mkdir -p " .. dir .. "/sub && printf 'one' > " .. dir .. "/a.txt && printf 'two\\0' > "
+                      .. dir .. "/sub/b.bin && chmod 755 " .. dir .. "/a.txt"))
+    local sb <close> = sbx.sandbox("noputtree")
+    assert.equal(2, sb:upload_dir(dir, "up").files)
+    assert.equal("one", sb:read_file("up/a.txt"))
+    assert.equal("two\0", sb:read_file("up/sub/b.bin"))
+    fs.rmtree(dir)
+    os.remove(file)
+  end)
+end)
+
 describe("a provider's own config", function()
   local SCHEMA = [[
 p.config_schema = {

@@ -124,6 +124,12 @@ function M.environment(name)
   env.process_handle = { class = handle.class, new = handle.new, result = handle.result,
                          MAX_OUTPUT = handle.MAX_OUTPUT }
   env.builtin = builtin
+  -- A bridge program (sbx.bridge): the socket of this process's one, started on first use.
+  local bridge = require "sbx.bridge"
+  env.bridge = { socket = bridge.socket, find = bridge.find, status = bridge.status }
+  -- Whose sandboxes these are: the sbxlua.host and sbxlua.lock labels of create.
+  local owner = require "sbx.owner"
+  env.owner = { hostname = owner.hostname, lock_path = owner.lock_path }
   -- Its own settings (providers.NAME in sbx.yaml, with the schema's defaults).
   env.config = function() return copy(require("sbx.config").provider(name)) end
   -- Only the variables its config names as credentials (type "env" keys).

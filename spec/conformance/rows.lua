@@ -41,4 +41,18 @@ return {
   end },
   docker_engine = { backend = "docker", gate = "docker", mode = "engine", title = "docker (engine exec)",
                     options = { image = S.IMAGE }, traits = { own_root = true } },
+  -- Modal through providers/modal.lua, sbx-modal-bridge (the official Go SDK)
+  -- and the stand-in Modal server (bridge/modal/standin, bwrap sandboxes)
+  modal = { backend = "modal", gate = "modal", title = "modal (bridge + stand-in server)",
+            traits = { own_root = true }, setup = function(traits)
+    local s = require("spec.support.modal").start()
+    -- this process: the config's server_url; the sbxlua processes the suite
+    -- starts: the SDK's own variables
+    -- (a config given as a table gets no schema defaults: every key is named)
+    require("sbx.config").use{ providers = { modal = { server_url = s.url, token_id_env = "MODAL_TOKEN_ID",
+      token_secret_env = "MODAL_TOKEN_SECRET", server_url_env = "MODAL_SERVER_URL", app = "sbxlua",
+      image = "python:3.12-slim-bookworm", workdir = "/workspace" } } }
+    traits.host_env = s.host_env
+    return traits
+  end },
 }

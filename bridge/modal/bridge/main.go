@@ -25,6 +25,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	modal "github.com/modal-labs/modal-client/go"
@@ -303,6 +304,11 @@ func agent(ctx context.Context, conn net.Conn, rd *bufio.Reader, r *request) {
 			reply(fail(err))
 			return
 		}
+		if code == -1 || code == 137 { // how Modal reports an exec past its timeout
+			reply(answer{"ok": false, "code": "DeadlineExceeded",
+				"error": "installing sbx-agent in the sandbox timed out (exit " + fmt.Sprint(code) + ")"})
+			return
+		}
 		if code != 0 {
 			reply(answer{"ok": false, "code": "FailedPrecondition",
 				"error": fmt.Sprintf("installing sbx-agent in the sandbox failed (exit %d): %s", code, strings.TrimSpace(serr))})
@@ -377,7 +383,16 @@ func serve(conn net.Conn) {
 func main() {
 	socket := flag.String("socket", "", "the unix socket to listen on")
 	flag.StringVar(&agentPath, "agent", "", "this build's sbx-agent (a static Linux binary)")
+	logFile := flag.String("log", "", "where the SDK's messages and this program's errors go (default stderr)")
 	flag.Parse()
+	if *logFile != "" {
+		f, err := os.OpenFile(*logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0600)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "sbx-modal-bridge:", err)
+			os.Exit(1)
+		}
+		syscall.Dup2(int(f.Fd()), 2) // a panic's trace too
+	}
 	if *socket == "" || agentPath == "" {
 		fmt.Fprintln(os.Stderr, "usage: sbx-modal-bridge --socket PATH --agent FILE")
 		os.Exit(2)

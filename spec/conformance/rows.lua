@@ -45,13 +45,11 @@ return {
   -- and the stand-in Modal server (bridge/modal/standin, bwrap sandboxes)
   modal = { backend = "modal", gate = "modal", title = "modal (bridge + stand-in server)",
             traits = { own_root = true }, setup = function(traits)
-    local s = require("spec.support.modal").start()
+    local M = require "spec.support.modal"
+    local s = M.start()
     -- this process: the config's server_url; the sbxlua processes the suite
     -- starts: the SDK's own variables
-    -- (a config given as a table gets no schema defaults: every key is named)
-    require("sbx.config").use{ providers = { modal = { server_url = s.url, token_id_env = "MODAL_TOKEN_ID",
-      token_secret_env = "MODAL_TOKEN_SECRET", server_url_env = "MODAL_SERVER_URL", app = "sbxlua",
-      image = "python:3.12-slim-bookworm", workdir = "/workspace" } } }
+    M.configure(s)
     traits.host_env = s.host_env
     return traits
   end },

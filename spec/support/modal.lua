@@ -63,6 +63,16 @@ function M.start()
   return server
 end
 
+---This process's config for the modal provider, pointed at the stand-in `s`
+---(a config given as a table gets no schema defaults: every key is named).
+function M.configure(s, extra)
+  local c = { server_url = s.url, token_id_env = "MODAL_TOKEN_ID", token_secret_env = "MODAL_TOKEN_SECRET",
+              server_url_env = "MODAL_SERVER_URL", app = "sbxlua", image = "python:3.12-slim-bookworm",
+              workdir = "/workspace" }
+  for k, v in pairs(extra or {}) do c[k] = v end
+  require("sbx.config").use{ providers = { modal = c } }
+end
+
 ---The calls the stand-in logged so far: a list of { method, request, code }.
 function M.calls()
   local out = {}

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	pb "github.com/modal-labs/modal-client/go/proto/modal_proto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
@@ -125,10 +127,21 @@ func (c *control) SandboxCreateV2(ctx context.Context, r *pb.SandboxCreateV2Requ
 		return nil, err
 	}
 	return pb.SandboxCreateV2Response_builder{SandboxId: sb.id, TaskId: sb.taskID,
-		CommandRouterAccess: pb.CommandRouterAccess_builder{Jwt: routerJWT, Url: c.routerURL()}.Build()}.Build(), nil
+		CommandRouterAccess: pb.CommandRouterAccess_builder{Jwt: routerJWT, Url: c.routerURL(ctx)}.Build()}.Build(), nil
 }
 
-func (c *control) routerURL() string { return fmt.Sprintf("https://127.0.0.1:%d", c.w.port) }
+// The router is this same server. Both SDKs treat a router on localhost
+// specially: Go takes only an https:// URL and then speaks plaintext, Python
+// speaks TLS (unverified) to https:// and plaintext to http://; so the Go
+// client gets https:// and every other client http://.
+func (c *control) routerURL(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	scheme := "http"
+	if first(md, "x-modal-client-type") == strconv.Itoa(int(pb.ClientType_CLIENT_TYPE_LIBMODAL_GO)) {
+		scheme = "https"
+	}
+	return fmt.Sprintf("%s://127.0.0.1:%d", scheme, c.w.port)
+}
 
 func (c *control) create(appID string, d *pb.Sandbox, tags []*pb.SandboxTag, sources []*pb.SecretSource) (*sandbox, error) {
 	if d == nil {
@@ -209,14 +222,14 @@ func (c *control) TaskGetCommandRouterAccess(ctx context.Context, r *pb.TaskGetC
 		return nil, err
 	}
 	return pb.TaskGetCommandRouterAccessResponse_builder{Jwt: routerJWT,
-		Url: c.routerURL()}.Build(), nil
+		Url: c.routerURL(ctx)}.Build(), nil
 }
 
 func (c *control) SandboxGetCommandRouterAccess(ctx context.Context, r *pb.SandboxGetCommandRouterAccessRequest) (*pb.SandboxGetCommandRouterAccessResponse, error) {
 	if _, err := c.w.sandbox(r.GetSandboxId()); err != nil {
 		return nil, err
 	}
-	return pb.SandboxGetCommandRouterAccessResponse_builder{Jwt: routerJWT, Url: c.routerURL()}.Build(), nil
+	return pb.SandboxGetCommandRouterAccessResponse_builder{Jwt: routerJWT, Url: c.routerURL(ctx)}.Build(), nil
 }
 
 func (c *control) SandboxWait(ctx context.Context, r *pb.SandboxWaitRequest) (*pb.SandboxWaitResponse, error) {

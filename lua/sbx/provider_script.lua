@@ -6,7 +6,7 @@
 --- which yield to the event loop). What it gets: the safe base library,
 --- copies of string/table/math/utf8, os.time/clock/date/difftime, and
 --- http, json, base64, stream, timer, errors, agentlink, process_handle,
---- env(), config() and builtin(). Reading any other global (io, require, debug, load,
+--- bridge, owner, env(), config() and builtin(). Reading any other global (io, require, debug, load,
 --- package, ...) or os.execute raises ConfigError naming file:line.
 local errors = require "sbx.errors"
 local contract = require "sbx.contract"

@@ -76,6 +76,7 @@ describe("the official Python modal client against the stand-in", function()
     assert.equal(500, create.definition.resources.milliCpu)
     assert.equal(256, create.definition.resources.memoryMb)
     assert.equal(120, create.definition.timeoutSecs)
+    for _, c in ipairs(M.calls()) do assert.is_not.equal("Unimplemented", c.code, c.method) end
     -- terminated: its root is gone from the stand-in
     assert.is_nil(fs.stat_host(s.state .. "/world/sandboxes/" .. id))
   end)

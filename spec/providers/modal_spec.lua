@@ -135,6 +135,11 @@ describe("the modal provider", function()
     assert.equal("Unauthenticated", last("AuthTokenGet").code)
   end)
 
+  it("asked the stand-in for no RPC it lacks (docs/modal.md lists the ones it has)", function()
+    assert.is_true(#M.calls() > 0)
+    for _, c in ipairs(M.calls()) do assert.is_not.equal("Unimplemented", c.code, c.method) end
+  end)
+
   it("says what to do when the bridge is not built", function()
     local dir = S.tmpdir("modal-nobridge")
     local f = assert(io.open(dir .. "/sbx.yaml", "w"))

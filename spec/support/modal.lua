@@ -24,7 +24,7 @@ local function is_file(p) local st = fs.stat_host(p) return st and st.type == "f
 function M.available()
   local why
   if not is_file(M.BRIDGE) or not is_file(M.STANDIN) then
-    why = "sbx-modal-bridge / modal-standin are not built in " .. M.BUILD .. " (Go is missing: ./dev build fetches it)"
+    why = "sbx-modal-bridge / modal-standin are not built in " .. M.BUILD .. " (Go >= 1.25 is missing: ./dev build says what to install)"
   elseif not (os.getenv("MODAL_TOKEN_ID") and os.getenv("MODAL_TOKEN_SECRET")) then
     why = "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET are not set (ctest sets test values for the stand-in)"
   else

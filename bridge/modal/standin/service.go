@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/emptypb"
 )
 
 type control struct {
@@ -26,10 +25,6 @@ type control struct {
 const builderVersion = "2025.06"
 
 func now() float64 { return float64(time.Now().UnixNano()) / 1e9 }
-
-func (c *control) ClientHello(ctx context.Context, _ *emptypb.Empty) (*pb.ClientHelloResponse, error) {
-	return pb.ClientHelloResponse_builder{}.Build(), nil
-}
 
 func (c *control) AuthTokenGet(ctx context.Context, _ *pb.AuthTokenGetRequest) (*pb.AuthTokenGetResponse, error) {
 	return pb.AuthTokenGetResponse_builder{Token: authToken}.Build(), nil
@@ -93,30 +88,6 @@ func (c *control) ImageFromId(ctx context.Context, r *pb.ImageFromIdRequest) (*p
 		return nil, status.Errorf(codes.NotFound, "Image %s not found", r.GetImageId())
 	}
 	return pb.ImageFromIdResponse_builder{ImageId: r.GetImageId()}.Build(), nil
-}
-
-func (c *control) SecretGetOrCreate(ctx context.Context, r *pb.SecretGetOrCreateRequest) (*pb.SecretGetOrCreateResponse, error) {
-	if r.GetObjectCreationType() != pb.ObjectCreationType_OBJECT_CREATION_TYPE_EPHEMERAL &&
-		r.GetObjectCreationType() != pb.ObjectCreationType_OBJECT_CREATION_TYPE_ANONYMOUS_OWNED_BY_APP {
-		return nil, status.Errorf(codes.NotFound, "Secret '%s' not found", r.GetDeploymentName())
-	}
-	id := newID("st-")
-	env := map[string]string{}
-	for k, v := range r.GetEnvDict() {
-		env[k] = v
-	}
-	c.w.mu.Lock()
-	c.w.secrets[id] = env
-	c.w.mu.Unlock()
-	return pb.SecretGetOrCreateResponse_builder{SecretId: id}.Build(), nil
-}
-
-func (c *control) SandboxCreate(ctx context.Context, r *pb.SandboxCreateRequest) (*pb.SandboxCreateResponse, error) {
-	sb, err := c.create(r.GetAppId(), r.GetDefinition(), r.GetTags(), nil)
-	if err != nil {
-		return nil, err
-	}
-	return pb.SandboxCreateResponse_builder{SandboxId: sb.id}.Build(), nil
 }
 
 // V2 (the SDK's default from v0.11): the task and the router's access come
@@ -188,7 +159,7 @@ func (c *control) create(appID string, d *pb.Sandbox, tags []*pb.SandboxTag, sou
 	sb := &sandbox{id: newID("sb-"), appID: appID, taskID: newID("ta-"), imageID: d.GetImageId(),
 		created: now(), tags: map[string]string{}, env: env, workdir: d.GetWorkdir(),
 		blockNetwork: d.GetBlockNetwork() || d.GetNetworkAccess().GetNetworkAccessType() == pb.NetworkAccess_BLOCKED,
-		timeoutSecs: d.GetTimeoutSecs(), milliCPU: d.GetResources().GetMilliCpu(),
+		timeoutSecs:  d.GetTimeoutSecs(), milliCPU: d.GetResources().GetMilliCpu(),
 		memoryMB: d.GetResources().GetMemoryMb(), done: make(chan struct{}), execs: map[string]*execution{}}
 	for _, t := range tags {
 		sb.tags[t.GetTagName()] = t.GetTagValue()
@@ -225,13 +196,6 @@ func (c *control) TaskGetCommandRouterAccess(ctx context.Context, r *pb.TaskGetC
 		Url: c.routerURL(ctx)}.Build(), nil
 }
 
-func (c *control) SandboxGetCommandRouterAccess(ctx context.Context, r *pb.SandboxGetCommandRouterAccessRequest) (*pb.SandboxGetCommandRouterAccessResponse, error) {
-	if _, err := c.w.sandbox(r.GetSandboxId()); err != nil {
-		return nil, err
-	}
-	return pb.SandboxGetCommandRouterAccessResponse_builder{Jwt: routerJWT, Url: c.routerURL(ctx)}.Build(), nil
-}
-
 func (c *control) SandboxWait(ctx context.Context, r *pb.SandboxWaitRequest) (*pb.SandboxWaitResponse, error) {
 	sb, err := c.w.sandbox(r.GetSandboxId())
 	if err != nil {
@@ -261,7 +225,7 @@ func (c *control) SandboxTerminate(ctx context.Context, r *pb.SandboxTerminateRe
 	return pb.SandboxTerminateResponse_builder{ExistingResult: sb.result}.Build(), nil
 }
 
-func (c *control) SandboxList(ctx context.Context, r *pb.SandboxListRequest) (*pb.SandboxListResponse, error) {
+func (c *control) SandboxListV2(ctx context.Context, r *pb.SandboxListRequest) (*pb.SandboxListResponse, error) {
 	tags := map[string]string{}
 	for _, t := range r.GetTags() {
 		tags[t.GetTagName()] = t.GetTagValue()
@@ -293,21 +257,13 @@ func (c *control) SandboxTagsGet(ctx context.Context, r *pb.SandboxTagsGetReques
 	return pb.SandboxTagsGetResponse_builder{Tags: ts}.Build(), nil
 }
 
-// The V2 forms of the calls above take and answer the same messages.
-func (c *control) SandboxGetTaskIdV2(ctx context.Context, r *pb.SandboxGetTaskIdRequest) (*pb.SandboxGetTaskIdResponse, error) {
-	return c.SandboxGetTaskId(ctx, r)
-}
+// The V2 forms the Python client uses take and answer the same messages.
 func (c *control) SandboxWaitV2(ctx context.Context, r *pb.SandboxWaitRequest) (*pb.SandboxWaitResponse, error) {
 	return c.SandboxWait(ctx, r)
 }
+
 func (c *control) SandboxTerminateV2(ctx context.Context, r *pb.SandboxTerminateRequest) (*pb.SandboxTerminateResponse, error) {
 	return c.SandboxTerminate(ctx, r)
-}
-func (c *control) SandboxListV2(ctx context.Context, r *pb.SandboxListRequest) (*pb.SandboxListResponse, error) {
-	return c.SandboxList(ctx, r)
-}
-func (c *control) SandboxTagsGetV2(ctx context.Context, r *pb.SandboxTagsGetRequest) (*pb.SandboxTagsGetResponse, error) {
-	return c.SandboxTagsGet(ctx, r)
 }
 
 // --------------------------------------------------------- command router
@@ -376,16 +332,6 @@ func (t *router) TaskExecStdinWrite(ctx context.Context, r *pb.TaskExecStdinWrit
 		return nil, err
 	}
 	return pb.TaskExecStdinWriteResponse_builder{}.Build(), nil
-}
-
-func (t *router) TaskExecStdinStatus(ctx context.Context, r *pb.TaskExecStdinStatusRequest) (*pb.TaskExecStdinStatusResponse, error) {
-	_, e, err := t.exec(r.GetTaskId(), r.GetExecId())
-	if err != nil {
-		return nil, err
-	}
-	e.stdinMu.Lock()
-	defer e.stdinMu.Unlock()
-	return pb.TaskExecStdinStatusResponse_builder{NumBytesWritten: e.written, Closed: e.eof}.Build(), nil
 }
 
 func (t *router) TaskExecStdioRead(r *pb.TaskExecStdioReadRequest, s grpc.ServerStreamingServer[pb.TaskExecStdioReadResponse]) error {

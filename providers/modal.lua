@@ -69,20 +69,25 @@ local function request(op, body)
   if not s then fail("SandboxConnectionError", op .. ": the bridge: " .. tostring(err), { op = op, retryable = true }) end
   body.op, body.environment = op, c.environment
   body.token_id, body.token_secret = env(c.token_id_env), env(c.token_secret_env)
-  local ok, werr = s:write(json.encode(body) .. "\n")
-  local buf = ""
-  while ok do
-    local i = buf:find("\n", 1, true)
-    if i then
-      local ans = json.decode(buf:sub(1, i - 1))
-      if type(ans) ~= "table" then break end
-      return s, ans, buf:sub(i + 1)
+  local pok, ans, rest, werr = pcall(function()   -- a cancel while waiting closes the stream
+    local ok, why = s:write(json.encode(body) .. "\n")
+    local buf = ""
+    while ok do
+      local i = buf:find("\n", 1, true)
+      if i then
+        local a = json.decode(buf:sub(1, i - 1))
+        if type(a) ~= "table" then return nil, nil, "a bad answer" end
+        return a, buf:sub(i + 1)
+      end
+      local chunk, rerr = s:read()
+      if not chunk then return nil, nil, rerr or "the bridge closed the connection" end
+      buf = buf .. chunk
     end
-    local chunk, rerr = s:read()
-    if not chunk then werr = rerr or "the bridge closed the connection" break end
-    buf = buf .. chunk
-  end
+    return nil, nil, why
+  end)
+  if pok and ans then return s, ans, rest end
   s:close()
+  if not pok then error(ans, 0) end
   fail("SandboxConnectionError", op .. ": the bridge did not answer: " .. tostring(werr or "a bad answer"),
        { op = op, retryable = true })
 end
@@ -396,7 +401,11 @@ local function listed(tags)
   return ans.sandboxes or {}
 end
 
+-- Without credentials nothing can be listed, and nothing was made: gc stays
+-- quiet about a provider never set up.
 function P.list_owned()
+  local c = config()
+  if not (env(c.token_id_env) and env(c.token_secret_env)) then return {} end
   local found = {}
   for _, s in ipairs(listed({ ["sbxlua.host"] = owner.hostname() })) do
     local t = type(s.tags) == "table" and s.tags or {}

@@ -7,9 +7,10 @@
 //
 //	MODAL_TOKEN_ID=... MODAL_TOKEN_SECRET=... modal-standin --state DIR [--port N] [--log FILE]
 //
-// prints "listening 127.0.0.1:PORT" once it serves, and exits when its stdin
-// ends. Every call is checked against those credentials (Unauthenticated
-// otherwise); --log gets one JSON line per call (method and request).
+// prints "listening 127.0.0.1:PORT" once it serves (later complaints go to
+// DIR/stderr.log), and exits when its stdin ends. Every call is checked
+// against those credentials (Unauthenticated otherwise); --log gets one JSON
+// line per call (method, request, error code).
 package main
 
 import (
@@ -22,8 +23,10 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	pb "github.com/modal-labs/modal-client/go/proto/modal_proto"
@@ -170,6 +173,11 @@ func main() {
 	pb.RegisterTaskCommandRouterServer(s, &router{w: w})
 	fmt.Printf("listening %s\n", ln.Addr())
 	os.Stdout.Sync()
+	// from here on what goes to stderr (gRPC's own complaints) goes to a file:
+	// whoever started it reads stdout for the line above and nothing after
+	if f, err := os.OpenFile(filepath.Join(*state, "stderr.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0600); err == nil {
+		syscall.Dup2(int(f.Fd()), 2)
+	}
 	go func() {
 		io.Copy(io.Discard, bufio.NewReader(os.Stdin))
 		w.shutdown()

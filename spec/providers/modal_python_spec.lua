@@ -59,6 +59,8 @@ describe("the official Python modal client against the stand-in", function()
     assert.matches("\nstderr 'to stderr\\n'\n", r.stdout, 1, true)
     assert.matches("\nexit 3\n", r.stdout, 1, true)
     assert.matches("\nstdin 'PING OVER STDIN\\ndone\\n' exit 0\n", r.stdout, 1, true)
+    -- an exec past its timeout: Modal's -1 (NOTES.md), as the stand-in answers it
+    assert.matches("\ntimeout exit -1\n", r.stdout, 1, true)
     assert.matches("\nterminated True\n", r.stdout, 1, true)
     -- what it asked for reached the stand-in, through the RPCs the bridge uses
     local seen, create = {}, nil

@@ -88,6 +88,7 @@ func codeOf(err error) string {
 	var ae modal.AlreadyExistsError
 	var re modal.ResourceExhaustedError
 	var ce modal.ConflictError
+	var te modal.ExecTimeoutError
 	switch {
 	case errors.As(err, &nf):
 		return "NotFound"
@@ -99,6 +100,8 @@ func codeOf(err error) string {
 		return "ResourceExhausted"
 	case errors.As(err, &ce):
 		return "FailedPrecondition"
+	case errors.As(err, &te):
+		return "DeadlineExceeded"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "DeadlineExceeded"
 	}

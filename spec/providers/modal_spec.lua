@@ -135,6 +135,12 @@ describe("the modal provider", function()
     assert.equal("Unauthenticated", last("AuthTokenGet").code)
   end)
 
+  it("is a route: a request for gvisor isolation lands on modal", function()
+    local sb <close> = sbx.sandbox{ isolation = "gvisor", needs = { "snapshot" } }
+    assert.equal("modal", sb.backend)
+    assert.equal("routed\n", sb:execute_command("echo", { "routed" }).stdout)
+  end)
+
   it("asked the stand-in for no RPC it lacks (docs/modal.md lists the ones it has)", function()
     assert.is_true(#M.calls() > 0)
     for _, c in ipairs(M.calls()) do assert.is_not.equal("Unimplemented", c.code, c.method) end
@@ -146,6 +152,8 @@ describe("the modal provider", function()
     f:write("providers:\n  modal:\n    bridge: ", dir, "/no-such-bridge\n")
     f:close()
     local r = sbxlua({ "--config", dir .. "/sbx.yaml", "providers" })
+    assert.matches("modal: build the bridge", r.stdout .. r.stderr)
+    r = sbxlua({ "--config", dir .. "/sbx.yaml", "doctor" })
     assert.matches("modal: build the bridge", r.stdout .. r.stderr)
     r = sbxlua({ "--config", dir .. "/sbx.yaml", "-e", "sbx.sandbox('modal')" })
     assert.matches("BackendNotInstalledError", r.stderr)

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
-	"syscall"
 	"time"
 
 	pb "github.com/modal-labs/modal-client/go/proto/modal_proto"
@@ -231,4 +230,3 @@ func (w *world) listed(appID string, before float64, tags map[string]string, fin
 	return out
 }
 
-var _ = syscall.SIGKILL

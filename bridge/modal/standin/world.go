@@ -229,4 +229,3 @@ func (w *world) listed(appID string, before float64, tags map[string]string, fin
 	sort.Slice(out, func(i, j int) bool { return out[i].created > out[j].created })
 	return out
 }
-

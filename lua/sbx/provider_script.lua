@@ -6,7 +6,7 @@
 --- which yield to the event loop). What it gets: the safe base library,
 --- copies of string/table/math/utf8, os.time/clock/date/difftime, and
 --- http, json, base64, stream, timer, errors, agentlink, process_handle,
---- cloud, host, env(), config() and builtin(). Reading any other global (io, require, debug, load,
+--- cloud, host, bridge, owner, env(), config() and builtin(). Reading any other global (io, require, debug, load,
 --- package, ...) or os.execute raises ConfigError naming file:line.
 local errors = require "sbx.errors"
 local contract = require "sbx.contract"
@@ -21,7 +21,7 @@ local SAFE = { "assert", "error", "ipairs", "next", "pairs", "pcall", "rawequal"
 local WHY = {
   io = "use the contract's file operations; a provider never touches the host's files",
   require = "the modules a provider may use are globals already: http, json, base64, stream, "
-            .. "timer, errors, agentlink, process_handle, cloud, host",
+            .. "timer, errors, agentlink, process_handle, cloud, host, bridge, owner",
   os = "only os.time, os.clock, os.date and os.difftime are there; use env() for credentials",
   debug = "not available to provider scripts", package = "not available to provider scripts",
   load = "provider scripts cannot compile code", loadfile = "provider scripts cannot load files",
@@ -141,6 +141,12 @@ function M.environment(name)
     if name:find("/", 1, true) then return nil end       -- relative to what?
     return proc.which(name, path)
   end }
+  -- A bridge program (sbx.bridge): the socket of this process's one, started on first use.
+  local bridge = require "sbx.bridge"
+  env.bridge = { socket = bridge.socket, find = bridge.find, status = bridge.status }
+  -- Whose sandboxes these are: the sbxlua.host and sbxlua.lock labels of create.
+  local owner = require "sbx.owner"
+  env.owner = { hostname = owner.hostname, lock_path = owner.lock_path }
   -- Its own settings (providers.NAME in sbx.yaml, with the schema's defaults).
   env.config = function() return copy(require("sbx.config").provider(name)) end
   -- Only the variables its config names as credentials (type "env" keys).

@@ -84,4 +84,16 @@ return {
     traits.standin = standin
     return traits
   end },
+  -- Modal through providers/modal.lua, sbx-modal-bridge (the official Go SDK)
+  -- and the stand-in Modal server (bridge/modal/standin, bwrap sandboxes)
+  modal = { backend = "modal", gate = "modal", title = "modal (bridge + stand-in server)",
+            traits = { own_root = true }, setup = function(traits)
+    local M = require "spec.support.modal"
+    local s = M.start()
+    -- this process: the config's server_url; the sbxlua processes the suite
+    -- starts: the SDK's own variables
+    M.configure(s)
+    traits.host_env = s.host_env
+    return traits
+  end },
 }

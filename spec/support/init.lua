@@ -212,10 +212,12 @@ function S.image_present(name) return require("sbx.backends.docker").has_image(n
 local REQUIRE = { docker = "SBX_REQUIRE_DOCKER", bwrap = "SBX_REQUIRE_BWRAP" }
 
 ---available(what [, image]) -> ok, why: "docker" (an engine answers, and
----`image` is there if given) or "bwrap" (bubblewrap works here). When
+---`image` is there if given) or "bwrap" (bubblewrap works here), or "modal"
+---(spec.support.modal: the bridge, the stand-in and their credentials). When
 ---SBX_REQUIRE_DOCKER=1 / SBX_REQUIRE_BWRAP=1 (CI sets the first), an
 ---unavailable one is an error, never a skip.
 function S.available(what, image)
+  if what == "modal" then return require("spec.support.modal").available() end   -- its own rule (SBX_REQUIRE_MODAL)
   local ok, why = require("sbx.backends." .. what).available()
   if ok and image and not S.image_present(image) then
     ok, why = false, "test image " .. image .. " is missing (images/test/build.sh)"

@@ -274,11 +274,16 @@ end
 
 ---The settings of one provider: providers.NAME of the config with its
 ---schema's defaults (only the defaults when the config names none).
+-- Sections given as a table (M.use{...}) get their schema's defaults on
+-- first use, as a file's do when it is read.
+local defaulted = setmetatable({}, { __mode = "k" })
 function M.provider(name)
   local p = M.get().providers[name]
-  if p then return p end
+  if p and defaulted[p] then return p end
   local ok, schema = pcall(require("sbx.providers").schema, name)
-  return with_defaults({}, ok and schema or {})
+  p = with_defaults(p or {}, ok and schema or {})
+  if M.get().providers[name] == p then defaulted[p] = true end
+  return p
 end
 
 return M

@@ -102,6 +102,19 @@ describe("a provider script on the path", function()
     assert.is_nil(io.open(DIR .. "/back/link"))
   end)
 
+  it("a config given as a table gets its schema's defaults too (env() takes the default variable)", function()
+    write("tabled.lua", wrapped("tabled", [[
+p.config_schema = { key_env = { type = "env", default = "SBX_STATE_DIR" }, zone = { type = "string" } }
+p.available = function()
+  local c = config()
+  return env(c.key_env) ~= nil and c.zone == "eu", "key_env=" .. tostring(c.key_env)
+end]]))
+    config.use{ provider_path = { DIR }, providers = { tabled = { zone = "eu" } } }
+    router.reset()
+    local d = sbx.providers().tabled
+    assert.is_true(d.available, tostring(d.reason))
+  end)
+
   it("cannot take a built-in provider's name", function()
     write("bwrap.lua", wrapped("bwrap"))
     assert.is_nil(providers.get("bwrap").file)        -- the built-in module

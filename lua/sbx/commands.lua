@@ -125,7 +125,9 @@ function M.doctor()
     local p = providers.get(n)
     local called, ok, reason = pcall(p.available)   -- a broken script raises its file:line
     if not called then ok, reason = false, tostring(type(ok) == "table" and ok.message or ok) end
-    local fix = FIXES[n] or (p.file and ("sbxlua provider check " .. p.file))
+    -- a script that answered why ("set E2B_API_KEY") said the fix itself;
+    -- one that raised or does not load is for `provider check`
+    local fix = FIXES[n] or (p.file and not called and ("sbxlua provider check " .. p.file))
                 or (p.broken_file and ("sbxlua provider check " .. p.broken_file .. " lists every problem"))
     line(ok, "backend " .. n, ok and "available" or reason, fix)
     local dok, checks = pcall(p.doctor or function() return {} end)

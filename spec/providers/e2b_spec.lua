@@ -169,6 +169,8 @@ describe("e2b: without a key", function()
     assert.matches("e2b[^\n]*set E2B_API_KEY", r.stdout)
     r = S.sbxlua({ "doctor" }, { env = { S.PATH } })
     assert.matches("set E2B_API_KEY", r.stdout .. r.stderr, 1, true)
+    -- the reason is the fix: no "provider check" for a script that loads and answered
+    assert.is_nil((r.stdout .. r.stderr):match("fix: sbxlua provider check [^\n]*e2b%.lua"))
     assert.equal("FeatureNotSupportedError", S.kind_of(function() sbx.sandbox("e2b", { cpu = 2 }) end))
   end)
 end)

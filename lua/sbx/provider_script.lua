@@ -126,7 +126,8 @@ function M.environment(name)
   -- HTTP APIs: typed errors, retries, JSON, ownership labels (lua/sbx/cloud.lua).
   local cloud = require "sbx.cloud"
   env.cloud = { client = cloud.client, error_for = cloud.error_for, labels = cloud.labels,
-                retry_after = cloud.retry_after, message_of = cloud.message_of }
+                retry_after = cloud.retry_after, message_of = cloud.message_of,
+                multipart = cloud.multipart, agent = cloud.agent }
   env.builtin = builtin
   -- Its own settings (providers.NAME in sbx.yaml, with the schema's defaults).
   env.config = function() return copy(require("sbx.config").provider(name)) end

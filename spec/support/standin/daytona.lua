@@ -18,7 +18,7 @@
 -- As a process (its own SBX_STATE_DIR keeps its sandboxes out of the
 -- tested process's session):
 --   SBX_STATE_DIR=... build/sbxlua spec/support/standin/daytona.lua --port-file F
---       [--key K] [--max-cpu N] [--polls N] [--backend bwrap|local]
+--       [--key K] [--max-cpu N] [--polls N] [--backend bwrap|local] [--parent PID]
 -- The port file is written once the server listens; SIGTERM ends it and
 -- destroys every backing sandbox.
 local root = (arg and arg[0] or ""):match("^(.*)/spec/support/standin/daytona%.lua$")
@@ -328,6 +328,7 @@ if arg and arg[0] and arg[0]:match("standin/daytona%.lua$") and not M.SPECS_ONLY
     elseif k == "--max-cpu" then o.max_cpu = tonumber(v)
     elseif k == "--polls" then o.polls = tonumber(v)
     elseif k == "--backend" then o.backend = v
+    elseif k == "--parent" then o.parent = v
     else error("daytona stand-in: unknown argument " .. tostring(k)) end
     i = i + 2
   end
@@ -339,8 +340,17 @@ if arg and arg[0] and arg[0]:match("standin/daytona%.lua$") and not M.SPECS_ONLY
     assert(os.rename(o.port_file .. ".tmp", o.port_file))
   end
   io.stderr:write("daytona stand-in on ", s.url, " (", s.backend, ")\n")
-  -- SIGTERM cancels this task; sbxlua then destroys every backing sandbox
-  while true do loop.sleep(3600) end
+  -- SIGTERM cancels this task; sbxlua then destroys every backing sandbox.
+  -- With --parent PID it also ends when that process is gone (a spec that
+  -- was killed leaves no stand-in behind).
+  while true do
+    loop.sleep(o.parent and 0.5 or 3600)
+    local f = o.parent and io.open("/proc/" .. o.parent .. "/stat")
+    if o.parent and not f then break end
+    if f then f:close() end
+  end
+  s:close()
+  return 0
 end
 
 return M

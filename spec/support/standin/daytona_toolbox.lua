@@ -189,7 +189,7 @@ function M.handle(st, req, res, sid, path)
     return 200, { stdout = table.concat(c.stdout), stderr = table.concat(c.stderr), output = table.concat(c.output) }
   elseif op == "SendInput" then
     if c.exitCode then return err(req, 410, "command has exited", "GONE") end
-    local okw = c.p:write(body.data)
+    local okw = pcall(c.p.write, c.p, body.data)
     if not okw then return err(req, 410, "the command's input is closed", "GONE") end
     return 204, ""
   end

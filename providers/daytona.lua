@@ -17,6 +17,26 @@ local DIR = "/tmp/.sbxlua"        -- the agent and its pid/stdin files, inside t
 local QUOTA = { "limit exceeded", "quota exceeded" }
 local P = "daytona"
 
+local SCHEMA = {
+  api_key_env = { type = "env", default = "DAYTONA_API_KEY", help = "the variable holding the API key" },
+  api_url_env = { type = "env", default = "DAYTONA_API_URL", help = "the variable holding the API's base URL" },
+  api_url = { type = "string", help = "the API's base URL (over $DAYTONA_API_URL; default " .. DEFAULT_URL .. ")" },
+  target = { type = "string", help = "the region sandboxes are made in when the request names none" },
+  snapshot = { type = "string", help = "the snapshot a sandbox starts from when the request names no image" },
+  image = { type = "string", default = "daytonaio/sandbox:0.4.3", help = "the image for requests with resources" },
+  auto_delete_minutes = { type = "integer", default = 0, help = "Daytona's autoDeleteInterval (0: when stopped)" },
+  create_timeout = { type = "number", default = 300, help = "seconds a create may take, polls included" },
+  request_timeout = { type = "number", default = 60, help = "seconds per HTTP request" },
+  deadline = { type = "number", default = 120, help = "seconds an idempotent call may take, retries included" },
+}
+
+-- This provider's settings, the schema's defaults under what the config sets.
+local function settings()
+  local c = config()
+  for k, v in pairs(SCHEMA) do if c[k] == nil then c[k] = v.default end end
+  return c
+end
+
 local function fail(kind, msg, op, extra)
   local f = { backend = P, op = op }
   for k, v in pairs(extra or {}) do f[k] = v end
@@ -30,14 +50,14 @@ local function hex(n)
 end
 
 local function key()
-  local c = config()
+  local c = settings()
   local k = env(c.api_key_env)
   if not k or k == "" then fail("AuthenticationError", "$" .. c.api_key_env .. " is not set") end
   return k
 end
 
 local function base_url()
-  local c = config()
+  local c = settings()
   return c.api_url or env(c.api_url_env) or DEFAULT_URL
 end
 
@@ -47,14 +67,14 @@ local function headers()
 end
 
 local function api()
-  local c = config()
+  local c = settings()
   return cloud.client{ provider = P, base = base_url(), headers = headers(), timeout = c.request_timeout,
                        deadline = c.deadline, quota = QUOTA }
 end
 
 -- The toolbox of sandbox h ({toolboxProxyUrl}/{id}).
 local function toolbox(h)
-  local c = config()
+  local c = settings()
   return cloud.client{ provider = P, base = h.tb .. "/" .. h.sid, headers = headers(),
                        timeout = c.request_timeout, deadline = c.deadline, quota = QUOTA }
 end
@@ -115,11 +135,11 @@ local function find_by_id(id)
 end
 
 local function body_for(spec)
-  local c = config()
+  local c = settings()
   local labels = {}
   for k, v in pairs(spec.labels or {}) do labels[k] = tostring(v) end
   for k, v in pairs(cloud.labels(spec)) do labels[k] = v end
-  local b = { labels = labels, networkBlockAll = spec.allow_internet == false,
+  local b = { name = spec.id, labels = labels, networkBlockAll = spec.allow_internet == false,
               autoStopInterval = 0, autoDeleteInterval = c.auto_delete_minutes,
               ttlMinutes = math.max(1, math.ceil((spec.ttl or 3600) / 60)), target = spec.region or c.target }
   local resources = spec.cpu or spec.memory_mb or spec.disk_mb
@@ -141,7 +161,7 @@ local function body_for(spec)
 end
 
 local function create(spec)
-  local c = config()
+  local c = settings()
   local body = body_for(spec)
   local stop = timer.now() + c.create_timeout
   local sb
@@ -149,8 +169,14 @@ local function create(spec)
   -- a 5xx) is looked up by its sbxlua.id label before it is sent again
   for attempt = 1, 4 do
     local ok, v = pcall(api().json, api(), "POST", "/sandbox", { json = body, op = "create",
-                                                                 timeout = c.create_timeout })
+                                                                 timeout = c.request_timeout })
     if ok then sb = v break end
+    -- the name is our id: "already exists" is an earlier attempt of ours that got through
+    if type(v) == "table" and v.context and v.context.status == 409
+       and tostring(v.message):find("already exists", 1, true) then
+      sb = get(spec.id, "create")
+      break
+    end
     if not (errors.is(v, "SandboxConnectionError") and attempt < 4 and timer.now() < stop) then error(v, 0) end
     sb = find_by_id(spec.id)
     if sb then break end
@@ -188,7 +214,7 @@ local function resume(state)
   if sb.state == "destroyed" or sb.state == "destroying" then
     fail("SandboxNotFoundError", "sandbox " .. sb.id .. " is " .. sb.state, "resume")
   end
-  sb = await_started(sb, "resume", timer.now() + config().create_timeout)
+  sb = await_started(sb, "resume", timer.now() + settings().create_timeout)
   local h = { sid = sb.id, id = state.id, tb = sb.toolboxProxyUrl:gsub("/+$", ""), home = state.home,
               agent = state.agent, session = state.session }
   if not h.home then h.home = toolbox(h):json("GET", "/user-home-dir", { op = "resume" }).dir end
@@ -548,7 +574,7 @@ end
 -- ------------------------------------------------------------ gc
 
 local function list_owned()
-  local c = config()
+  local c = settings()
   if not env(c.api_key_env) then fail("BackendNotInstalledError", "$" .. c.api_key_env .. " is not set", "gc") end
   local out, cursor = {}, nil
   repeat
@@ -587,25 +613,15 @@ return {
     price = { per_vcpu_hour = 0.0504, per_gib_hour = 0.0162 },
     regions = { "us", "eu" },
   },
-  config_schema = {
-    api_key_env = { type = "env", default = "DAYTONA_API_KEY", help = "the variable holding the API key" },
-    api_url_env = { type = "env", default = "DAYTONA_API_URL", help = "the variable holding the API's base URL" },
-    api_url = { type = "string", help = "the API's base URL (over $DAYTONA_API_URL; default " .. DEFAULT_URL .. ")" },
-    target = { type = "string", help = "the region sandboxes are made in when the request names none" },
-    snapshot = { type = "string", help = "the snapshot a sandbox starts from when the request names no image" },
-    image = { type = "string", default = "daytonaio/sandbox:0.4.3", help = "the image for requests with resources" },
-    auto_delete_minutes = { type = "integer", default = 0, help = "Daytona's autoDeleteInterval (0: when stopped)" },
-    create_timeout = { type = "number", default = 300, help = "seconds a create may take, polls included" },
-    request_timeout = { type = "number", default = 60, help = "seconds per HTTP request" },
-    deadline = { type = "number", default = 120, help = "seconds an idempotent call may take, retries included" },
-  },
+  config_schema = SCHEMA,
+
   available = function()
-    local c = config()
+    local c = settings()
     if not env(c.api_key_env) or env(c.api_key_env) == "" then return false, "set " .. c.api_key_env end
     return true
   end,
   doctor = function()
-    local c = config()
+    local c = settings()
     if not env(c.api_key_env) then
       return { { ok = false, what = "credentials", detail = "$" .. c.api_key_env .. " is not set",
                  fix = "set " .. c.api_key_env .. " (an API key from the Daytona dashboard)" } }
@@ -629,7 +645,7 @@ return {
   snapshot = function(h)
     local name = "sbxlua-" .. h.id .. "-" .. hex(8)
     api():json("POST", "/sandbox/" .. h.sid .. "/snapshot", { json = { name = name }, op = "snapshot" })
-    await_started(get(h.sid, "snapshot"), "snapshot", timer.now() + config().create_timeout)
+    await_started(get(h.sid, "snapshot"), "snapshot", timer.now() + settings().create_timeout)
     return { snapshot_id = name }
   end,
   list_owned = list_owned,

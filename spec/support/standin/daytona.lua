@@ -158,6 +158,12 @@ function Standin:create(req, b)
       return M.api_error(req, 404, "Snapshot " .. b.snapshot .. " not found")
     end
   end
+  if b.name then
+    local other = self:by_name(b.name)
+    if other and other.state ~= "destroyed" then
+      return M.api_error(req, 409, "Sandbox with name " .. b.name .. " already exists")
+    end
+  end
   local cpu = b.cpu or 1
   if total_cpu(self) + cpu > self.max_cpu then
     return M.api_error(req, 400, "Total CPU limit exceeded. Maximum allowed: " .. self.max_cpu .. ".")

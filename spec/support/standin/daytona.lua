@@ -281,6 +281,12 @@ end
 
 function Standin:handle(req, res)
   if req.path == "/health" then return 200, { status = "ok" } end
+  -- what the checker refused so far (for specs in another process)
+  if req.path == "/_daytona/rejected" then return 200, '[' .. table.concat((function()
+    local out = {}
+    for i, r in ipairs(self.rejected) do out[i] = json.encode(r) end
+    return out
+  end)(), ",") .. "]", { ["Content-Type"] = "application/json" } end
   if not authorized(self, req) then return M.api_error(req, 401, "Unauthorized") end
   local sid, rest = req.path:match("^/toolbox/([^/]+)(/.*)$")
   if sid then return toolbox.handle(self, req, res, sid, rest) end

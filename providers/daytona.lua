@@ -448,56 +448,77 @@ end
 -- The agent's status record is the last bytes of stderr: hold back a tail.
 local HOLD = 64
 
+-- The agent's status record ending stderr: the output before it, the status.
+local function split_status(err, exit_code)
+  local i, kind, n = err:match("()%zSBXAGENT1 (%a+) (%-?%d+)\n$")
+  if i then return err:sub(1, i - 1), { kind = kind, n = tonumber(n) } end
+  return err, { kind = "lost", why = "the command ended (exit " .. tostring(exit_code) .. ") without its agent's status" }
+end
+
+-- A command ends: the rest of stderr (its status record taken off) and the status.
+local function finish(self, err, exit_code)
+  local rest, st = split_status(err:sub(self.errseen + 1), exit_code)
+  self:_deliver(2, rest)
+  self.errseen, self.status, self.done = #err, st, true
+  self:_ended()
+  return false
+end
+
+local function lost(self, e)
+  self.done, self.status = true, { kind = "lost", broken = errors.is(e, "SandboxConnectionError"),
+                                   why = type(e) == "table" and e.message or tostring(e) }
+  self:_ended()
+  -- the command may still run behind a broken link: its agent is told to end it
+  pcall(self.kill_now, self)
+  return false
+end
+
 local Cmd = process_handle.class{
+  -- one request: the session runs the command and answers with its output
+  -- (no streaming, no input after the start)
+  _once = function(self)
+    local t = toolbox(self.h)
+    local ok, v = pcall(t.json, t, "POST", "/process/session/" .. self.h.session .. "/exec",
+      { json = { command = self.command, runAsync = false }, op = "exec", idempotent = false,
+        timeout = (self.limit or 7 * 86400) + 60 })
+    if not ok then return lost(self, v) end
+    self:_deliver(1, v.stdout or "")
+    return finish(self, v.stderr or "", v.exitCode)
+  end,
   _more = function(self)
     if self.done then return false end
+    if self.once then return self:_once() end
     local t = toolbox(self.h)
     local base = "/process/session/" .. self.h.session .. "/command/" .. self.cid
     timer.sleep(self.pause)
     self.pause = math.min(self.pause * 1.5, 0.2)
     local ok, v = pcall(t.json, t, "GET", base, { op = "exec" })
-    if not ok then
-      self.done, self.status = true, { kind = "lost", broken = errors.is(v, "SandboxConnectionError"), why = v.message }
-      self:_ended()
-      return false
-    end
+    if not ok then return lost(self, v) end
     local ended = v.exitCode ~= nil and v.exitCode ~= json.null
-    if ended or self.streaming then
-      local logs = t:json("GET", base .. "/logs", { op = "exec" }) or {}
-      local out, err = logs.stdout or "", logs.stderr or ""
-      if #out > self.outseen then self:_deliver(1, out:sub(self.outseen + 1)) self.outseen = #out end
-      local keep = ended and #err or math.max(self.errseen, #err - HOLD)
-      if keep > self.errseen then
-        local piece = err:sub(self.errseen + 1, keep)
-        local i = ended and piece:match("()%zSBXAGENT1 %a+ %-?%d+\n$")
-        self:_deliver(2, i and piece:sub(1, i - 1) or piece)
-        if ended then
-          local kind, n = err:match("%zSBXAGENT1 (%a+) (%-?%d+)\n$")
-          self.status = kind and { kind = kind, n = tonumber(n) }
-            or { kind = "lost", why = "the command ended (exit " .. tostring(v.exitCode) .. ") without its agent's status" }
-        end
-        self.errseen = keep
-      end
-      if ended and not self.status then
-        local kind, n = err:match("%zSBXAGENT1 (%a+) (%-?%d+)\n$")
-        self.status = kind and { kind = kind, n = tonumber(n) }
-          or { kind = "lost", why = "the command ended (exit " .. tostring(v.exitCode) .. ") without its agent's status" }
-      end
-    end
-    if ended then
-      self.done = true
-      self:_ended()
-      return false
+    if not (ended or self.streaming) then return true end
+    local lok, logs = pcall(t.json, t, "GET", base .. "/logs", { op = "exec" })
+    if not lok then return lost(self, logs) end
+    local out, err = (logs or {}).stdout or "", (logs or {}).stderr or ""
+    if #out > self.outseen then self:_deliver(1, out:sub(self.outseen + 1)) self.outseen = #out end
+    if ended then return finish(self, err, v.exitCode) end
+    local keep = #err - HOLD                       -- the status record may be arriving
+    if keep > self.errseen then
+      self:_deliver(2, err:sub(self.errseen + 1, keep))
+      self.errseen = keep
     end
     return true
   end,
   _status = function(self) return self.status end,
   running = function(self) return not self.done end,
+  kill_now = function(self)
+    local t = toolbox(self.h)
+    t:json("POST", "/process/execute", { json = { command = shq(self.h.agent) .. " kill " .. shq(self.pidfile),
+                                                  timeout = 30 }, op = "kill" })
+  end,
   kill = function(self)
     if self.done or self.killing then return end
     self.killing = true
-    local ok, err = pcall(toolbox(self.h).json, toolbox(self.h), "POST", "/process/execute",
-      { json = { command = self.h.agent .. " kill " .. self.pidfile, timeout = 30 }, op = "kill" })
+    local ok, err = pcall(self.kill_now, self)
     self.killing = false
     if not ok then error(err, 0) end
   end,
@@ -553,13 +574,22 @@ local function spawn(h, req)
       .. " 3<&-; kill $! 2>/dev/null; } 3<&0"
     cleanup = cleanup .. " " .. shq(fifo)
   elseif script then line = script .. line end
-  local command = "sh -c " .. shq(line .. "; " .. cleanup)
+  -- straight into the session's shell: nothing in it exits that shell or
+  -- leaves state in it (NOTES.md: a bare exit would end the session)
+  local command = line .. "; " .. cleanup
+  local fields = { h = h, pidfile = pidfile, outseen = 0, errseen = 0, pause = 0.005, limit = req.timeout,
+                   command = command }
+  -- a command that neither streams, nor takes input, nor runs in the
+  -- background is one request, sent by the first read or wait
+  if not req.stream and not fifo and not req.want_pid then
+    fields.once = true
+    return process_handle.new(Cmd, req, fields)
+  end
   local res = tb(h, "POST", "/process/session/" .. h.session .. "/exec",
                  { json = { command = command, runAsync = true }, op = "exec" })
   if res.status >= 400 then tb_fail(h, res, "exec", "session " .. h.session) end
-  local cid = json.decode(res.body).cmdId
-  local p = process_handle.new(Cmd, req, { h = h, cid = cid, pidfile = pidfile, outseen = 0, errseen = 0,
-                                             pause = 0.005 })
+  fields.cid = json.decode(res.body).cmdId
+  local p = process_handle.new(Cmd, req, fields)
   if req.want_pid then
     for _ = 1, 50 do
       local r = tb(h, "GET", "/files/download", { query = { path = pidfile }, op = "exec" })

@@ -473,6 +473,28 @@ local function lost(self, e)
   return false
 end
 
+-- How much of a running command's log is settled: the logs are JSON text,
+-- and a character cut at the end is sent as U+FFFD until the rest of it
+-- arrives, so neither a partial UTF-8 sequence nor trailing U+FFFD is
+-- delivered before the command ends.
+local function settled(s)
+  local n = #s
+  for _ = 1, 3 do
+    if s:sub(n - 2, n) == "\xEF\xBF\xBD" then n = n - 3 else break end
+  end
+  for k = 1, math.min(3, n) do                     -- a lead byte whose sequence is not complete
+    local b = s:byte(n - k + 1)
+    if b >= 0xC0 then
+      local need = b >= 0xF0 and 4 or b >= 0xE0 and 3 or 2
+      if need > k then n = n - k end
+      break
+    elseif b < 0x80 then
+      break
+    end
+  end
+  return n
+end
+
 local Cmd = process_handle.class{
   -- one request: the session runs the command and answers with its output
   -- (no streaming, no input after the start)
@@ -499,7 +521,8 @@ local Cmd = process_handle.class{
     local lok, logs = pcall(t.json, t, "GET", base .. "/logs", { op = "exec" })
     if not lok then return lost(self, logs) end
     local out, err = (logs or {}).stdout or "", (logs or {}).stderr or ""
-    if #out > self.outseen then self:_deliver(1, out:sub(self.outseen + 1)) self.outseen = #out end
+    local upto = ended and #out or settled(out)
+    if upto > self.outseen then self:_deliver(1, out:sub(self.outseen + 1, upto)) self.outseen = upto end
     if ended then return finish(self, err, v.exitCode) end
     local keep = #err - HOLD                       -- the status record may be arriving
     if keep > self.errseen then

@@ -17,6 +17,22 @@ end
 
 local function raw_json(s) return 200, s, { ["Content-Type"] = "application/json" } end
 
+-- Output in a JSON string as the daemon (Go's encoding/json) sends it:
+-- bytes that are not UTF-8 become U+FFFD.
+function M.utf8(s)
+  if utf8.len(s) then return s end
+  local out, i = {}, 1
+  while i <= #s do
+    local ok, n = utf8.len(s, i)
+    if ok then out[#out + 1] = s:sub(i) break end
+    out[#out + 1] = s:sub(i, n - 1)
+    out[#out + 1] = "\u{FFFD}"
+    i = n + 1
+  end
+  return table.concat(out)
+end
+local U = M.utf8
+
 -- ------------------------------------------------------------ multipart
 
 ---parts(body, content_type) -> { { name =, filename =, data = } } | nil, why
@@ -158,7 +174,7 @@ function M.handle(st, req, res, sid, path)
     if body.cwd then cmd = "cd " .. require("spec.support").shq(body.cwd) .. " && " .. cmd end
     local x = sb:execute_command("sh", { "-c", cmd }, o)
     if x.timed_out then return err(req, 408, "command execution timeout", "TIMEOUT") end
-    return 200, { exitCode = x.exit_code or 137, result = x.stdout }
+    return 200, { exitCode = x.exit_code or 137, result = U(x.stdout) }
   elseif op == "CreateSession" then
     if s.sessions[body.sessionId] then return err(req, 409, "session already exists", "CONFLICT") end
     s.sessions[body.sessionId] = { id = body.sessionId, commands = {}, order = {} }
@@ -181,12 +197,13 @@ function M.handle(st, req, res, sid, path)
     local cmd = start_command(sb, sess, body.command)
     if body.runAsync or body.async then return 202, { cmdId = cmd.id } end
     cmd.task:join()
-    return 200, { cmdId = cmd.id, exitCode = cmd.exitCode, output = table.concat(cmd.output),
-                  stdout = table.concat(cmd.stdout), stderr = table.concat(cmd.stderr) }
+    return 200, { cmdId = cmd.id, exitCode = cmd.exitCode, output = U(table.concat(cmd.output)),
+                  stdout = U(table.concat(cmd.stdout)), stderr = U(table.concat(cmd.stderr)) }
   elseif op == "GetSessionCommand" then
     return 200, { id = c.id, command = c.command, exitCode = c.exitCode }
   elseif op == "GetSessionCommandLogs" then
-    return 200, { stdout = table.concat(c.stdout), stderr = table.concat(c.stderr), output = table.concat(c.output) }
+    return 200, { stdout = U(table.concat(c.stdout)), stderr = U(table.concat(c.stderr)),
+                  output = U(table.concat(c.output)) }
   elseif op == "SendInput" then
     if c.exitCode then return err(req, 410, "command has exited", "GONE") end
     local okw = pcall(c.p.write, c.p, body.data)

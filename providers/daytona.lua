@@ -182,15 +182,12 @@ local function create(spec)
     if sb then break end
     timer.sleep(0.2 * attempt)
   end
-  local ok, err = pcall(function()
-    sb = await_started(sb, "create", stop)
-    return true
-  end)
-  if not ok then
+  local ok, h = pcall(function() return handle(await_started(sb, "create", stop), spec.id) end)
+  if not ok then                 -- it never became usable: it goes (gc finds it by label otherwise)
     pcall(api().request, api(), "DELETE", "/sandbox/" .. sb.id, { op = "create", ok = { [404] = true } })
-    error(err, 0)
+    error(h, 0)
   end
-  return handle(sb, spec.id)
+  return h
 end
 
 local function destroy(h)

@@ -143,6 +143,15 @@ describe("daytona provider", function()
     assert.equal("a\255b", sb:read_file("bin.out"))
   end)
 
+  it("a sandbox that ends in Daytona's error state is SandboxCreationError with its reason, and deleted", function()
+    local kind, err = kind_of(function()
+      sbx.sandbox("daytona", { labels = { ["standin.error"] = "no runner available in region us" } })
+    end)
+    assert.equal("SandboxCreationError", kind)
+    assert.matches("is error: no runner available in region us", err.message)
+    assert.equal(0, count{ ["standin.error"] = "no runner available in region us" })
+  end)
+
   it("a destroyed sandbox is SandboxNotFoundError for the facade and gone on the stand-in", function()
     local sb = sbx.sandbox("daytona")
     local id = sb.id

@@ -106,6 +106,12 @@ end
 
 -- Bring up the backing sbx sandbox of record s (a task of its own).
 function Standin:boot(s, snapshot)
+  -- on demand (a spec's label): the sandbox ends in Daytona's error state
+  if s.labels["standin.error"] then
+    loop.sleep(0.1)
+    s.state, s.errorReason = "error", s.labels["standin.error"]
+    return
+  end
   local ok, sb = pcall(self.make_backing, self, s)
   if not ok then
     s.state, s.errorReason = "error", tostring(type(sb) == "table" and sb.message or sb)

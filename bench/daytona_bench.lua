@@ -47,3 +47,22 @@ line("raw POST process/execute true", C.time(n_exec, 3, function()
   assert(assert(http.request{ method = "POST", url = tb .. "/process/execute", headers = h,
                               body = json.encode{ command = "true" } }).status == 200)
 end))
+-- The same exchange as sbxlua's exec: one session exec of the agent line
+-- (so sbxlua's own cost is the difference)
+assert(http.request{ method = "POST", url = tb .. "/process/session", headers = h,
+                     body = json.encode{ sessionId = "bench-raw" } })
+local agent_line = "env -i 'PATH=/usr/local/bin:/usr/bin:/bin' '" .. st.agent .. "' run --cwd '" .. sb.workdir
+                   .. "' --timeout 600.000 -- 'true'"
+line("raw POST session exec (agent) true", C.time(n_exec, 3, function()
+  local r = assert(http.request{ method = "POST", url = tb .. "/process/session/bench-raw/exec", headers = h,
+                                 body = json.encode{ command = agent_line, runAsync = false } })
+  assert(r.status == 200, r.body)
+end))
+line("raw upload-v2 + download 1KiB", C.time(n_rw, 3, function()
+  local body = "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"r.txt\"\r\n\r\n" .. blob .. "\r\n--b--\r\n"
+  local up = assert(http.request{ method = "POST", url = tb .. "/files/upload-v2?path=" .. http.escape(sb.workdir .. "/r.txt"),
+                                  headers = { authorization = h.authorization, ["content-type"] = "multipart/form-data; boundary=b" },
+                                  body = body })
+  assert(up.status == 200, up.body)
+  assert(assert(http.request{ url = tb .. "/files/download?path=" .. http.escape(sb.workdir .. "/r.txt"), headers = h }).body == blob)
+end))

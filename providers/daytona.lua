@@ -453,11 +453,20 @@ local function split_status(err, exit_code)
 end
 
 -- A command ends: the rest of stderr (its status record taken off) and the status.
+-- The command's pid file slot is free again (once it is known to be over).
+local function free(self)
+  if self.slot then
+    local slots = self.h.slots
+    slots[#slots + 1], self.slot = self.slot, nil
+  end
+end
+
 local function finish(self, err, exit_code)
   local rest, st = split_status(err:sub(self.errseen + 1), exit_code)
   self:_deliver(2, rest)
   self.errseen, self.status, self.done = #err, st, true
   self:_ended()
+  free(self)
   return false
 end
 
@@ -563,13 +572,18 @@ local FEEDER = [[while IFS= read -r l; do [ "$l" = . ] && break; printf %s "$l" 
 local function spawn(h, req)
   ready(h)
   local nonce = hex(16)
-  local pidfile = DIR .. "/" .. nonce .. ".pid"
+  -- pid files are slots of the sandbox, reused once their command ended
+  -- (the agent rewrites its file; nothing is removed after each command)
+  h.slots, h.nslots = h.slots or {}, h.nslots or 0
+  local slot = table.remove(h.slots)
+  if not slot then h.nslots = h.nslots + 1 slot = h.nslots end
+  local pidfile = DIR .. "/slot-" .. slot .. ".pid"
   local cwd = resolve(h, req.cwd, "exec")
   local run = { "env", "-i" }
   for _, e in ipairs(req.env or {}) do run[#run + 1] = shq(e) end
   for _, a in ipairs{ h.agent, "run", "--pidfile", pidfile, "--cwd", cwd } do run[#run + 1] = shq(a) end
   if req.timeout then run[#run + 1] = "--timeout " .. string.format("%.3f", req.timeout) end
-  local cleanup = "rm -f " .. shq(pidfile)
+  local cleanup = {}
   local script
   local fifo
   if req.keep_stdin and not req.stdin then
@@ -582,7 +596,7 @@ local function spawn(h, req)
     local inpath = DIR .. "/" .. nonce .. ".in"
     upload(h, inpath, req.stdin, "exec")
     run[#run + 1] = "--stdin " .. shq(inpath)
-    cleanup = cleanup .. " " .. shq(inpath)
+    cleanup[#cleanup + 1] = shq(inpath)
   end
   run[#run + 1] = "--"
   for _, a in ipairs(req.argv) do run[#run + 1] = shq(a) end
@@ -592,12 +606,12 @@ local function spawn(h, req)
     -- (an asynchronous list's stdin is /dev/null unless redirected: fd 3 is ours)
     line = "mkfifo -m 600 " .. shq(fifo) .. " && { (" .. FEEDER .. ") <&3 > " .. shq(fifo) .. " & " .. line
       .. " 3<&-; kill $! 2>/dev/null; } 3<&0"
-    cleanup = cleanup .. " " .. shq(fifo)
+    cleanup[#cleanup + 1] = shq(fifo)
   elseif script then line = script .. line end
   -- straight into the session's shell: nothing in it exits that shell or
   -- leaves state in it (NOTES.md: a bare exit would end the session)
-  local command = line .. "; " .. cleanup
-  local fields = { h = h, pidfile = pidfile, outseen = 0, errseen = 0, pause = 0.005, limit = req.timeout,
+  local command = #cleanup > 0 and (line .. "; rm -f " .. table.concat(cleanup, " ")) or line
+  local fields = { h = h, pidfile = pidfile, slot = slot, outseen = 0, errseen = 0, pause = 0.005, limit = req.timeout,
                    command = command }
   -- a command that neither streams, nor takes input, nor runs in the
   -- background is one request, sent by the first read or wait

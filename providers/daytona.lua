@@ -445,6 +445,21 @@ end
 -- The agent's status record is the last bytes of stderr: hold back a tail.
 local HOLD = 64
 
+-- fn() again after a 429 (a refused request never ran: safe to send again,
+-- even a command's), waiting what it asks or a backoff, within `deadline`.
+local function unrefused(deadline, fn)
+  local stop, wait = timer.now() + deadline, 0.2
+  while true do
+    local ok, v = pcall(fn)
+    if ok then return v end
+    if not errors.is(v, "RateLimitError") then error(v, 0) end
+    local pause = math.min(math.max(v.context.retry_after or 0, wait), 5)
+    if timer.now() + pause >= stop then error(v, 0) end
+    timer.sleep(pause)
+    wait = math.min(wait * 2, 5)
+  end
+end
+
 -- The agent's status record ending stderr: the output before it, the status.
 local function split_status(err, exit_code)
   local i, kind, n = err:match("()%zSBXAGENT1 (%a+) (%-?%d+)\n$")
@@ -505,10 +520,13 @@ local Cmd = process_handle.class{
   -- one request: the session runs the command and answers with its output
   -- (no streaming, no input after the start)
   _once = function(self)
-    local t = toolbox(self.h)
-    local ok, v = pcall(t.json, t, "POST", "/process/session/" .. self.h.session .. "/exec",
-      { json = { command = self.command, runAsync = false }, op = "exec", idempotent = false,
-        timeout = (self.limit or 7 * 86400) + 60 })
+    local ok, v = pcall(unrefused, settings().deadline, function()
+      local t = toolbox(self.h)
+      return t:json("POST", "/process/session/" .. self.h.session .. "/exec",
+        { json = { command = self.command, runAsync = false }, op = "exec", idempotent = false,
+          timeout = (self.limit or 7 * 86400) + 60 })
+    end)
+    if not ok and errors.is(v, "RateLimitError") then error(v, 0) end   -- it never ran
     if not ok then return lost(self, v) end
     self:_deliver(1, v.stdout or "")
     return finish(self, v.stderr or "", v.exitCode)
@@ -619,8 +637,10 @@ local function spawn(h, req)
     fields.once = true
     return process_handle.new(Cmd, req, fields)
   end
-  local res = tb(h, "POST", "/process/session/" .. h.session .. "/exec",
-                 { json = { command = command, runAsync = true }, op = "exec" })
+  local res = unrefused(settings().deadline, function()
+    return tb(h, "POST", "/process/session/" .. h.session .. "/exec",
+              { json = { command = command, runAsync = true }, op = "exec" })
+  end)
   if res.status >= 400 then tb_fail(h, res, "exec", "session " .. h.session) end
   fields.cid = json.decode(res.body).cmdId
   local p = process_handle.new(Cmd, req, fields)

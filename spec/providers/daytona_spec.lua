@@ -99,6 +99,20 @@ describe("daytona provider", function()
     assert.equal("kept", sb:read_file("f.txt"))
   end)
 
+  it("a command refused with 429 is sent again after the wait it asks, and runs once", function()
+    local sb <close> = sbx.sandbox("daytona")
+    s:fault{ route = "POST /toolbox/[^/]+/process/session/[^/]+/exec", status = 429, times = 2,
+             headers = { ["Retry-After"] = "0.3" } }
+    local t0 = loop.now()
+    assert.equal(0, sb:execute_command("sh", { "-c", "echo ran >> count.txt" }).exit_code)
+    assert.is_true(loop.now() - t0 >= 0.6, "both waits were honoured")
+    assert.equal("ran\n", sb:read_file("count.txt"))
+    s:fault{ route = "POST /toolbox/[^/]+/process/session/[^/]+/exec", status = 429, times = -1 }
+    local kind, err = kind_of(function() sb:execute_command("true", {}) end)
+    assert.equal("RateLimitError", kind)
+    assert.equal(429, err.context.status)
+  end)
+
   it("a create that succeeded behind a 504 is found by its label: one sandbox, not two", function()
     local function posts()
       local n = 0

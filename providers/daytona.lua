@@ -665,7 +665,15 @@ local function list_owned()
     local q = { labels = json.encode{ ["sbxlua.host"] = cloud.labels({})["sbxlua.host"] }, limit = 200,
                 includeErroredDeleted = "true" }
     if cursor then q.cursor = cursor end
-    local v = api():json("GET", "/sandbox", { op = "gc", query = q })
+    local ok, v = pcall(api().json, api(), "GET", "/sandbox", { op = "gc", query = q,
+                                                                deadline = math.min(c.deadline, 15) })
+    if not ok then
+      -- gc says it could not ask, and goes on with the other backends
+      if errors.is(v, "SandboxConnectionError") or errors.is(v, "AuthenticationError") then
+        fail("BackendNotInstalledError", "cannot list sandboxes at " .. base_url() .. ": " .. tostring(v.message), "gc")
+      end
+      error(v, 0)
+    end
     for _, it in ipairs(v.items or {}) do
       local l = it.labels or {}
       if l["sbxlua.id"] then

@@ -193,6 +193,20 @@ describe("daytona provider", function()
     home.cleanup()
   end)
 
+  it("gc goes on when the API cannot be reached, saying daytona was not checked", function()
+    local l, port = assert(require("sbx.stream").listen{ host = "127.0.0.1", port = 0 })
+    l:close()                                              -- a port nobody listens on
+    local home = S.home("daytona-gc-down")
+    local t0 = loop.now()
+    local conf = home.write("sbx.yaml", "providers:\n  daytona:\n    deadline: 2\n")
+    local r = S.sbxlua({ "gc" }, { env = home.env{ DAYTONA_API_KEY = "k", SBX_CONFIG = conf,
+                                                   DAYTONA_API_URL = "http://127.0.0.1:" .. port } })
+    assert.equal(0, r.exit_code, r.stderr)
+    assert.matches("daytona not checked: .*cannot list sandboxes at http://127%.0%.0%.1:" .. port, r.stderr)
+    assert.is_true(loop.now() - t0 < 60, "gc gave up on the listing within its deadline")
+    home.cleanup()
+  end)
+
   it("providers and doctor say to set DAYTONA_API_KEY when it is missing", function()
     local home = S.home("daytona-nokey")
     local r = S.sbxlua({ "providers" }, { env = home.env() })

@@ -42,6 +42,20 @@ describe("daytona provider", function()
     return n
   end
 
+  it("sends the request's resources, image, network, region, lifetime and labels", function()
+    local sb <close> = sbx.sandbox("daytona", { cpu = 2, memory_mb = 1536, disk_mb = 3000, allow_internet = false,
+      image = "python:3.12-slim", region = "eu", timeout_secs = 600, labels = { team = "evals" } })
+    local it = s:sandboxes{ ["sbxlua.id"] = sb.id }[1]
+    assert.same({ 2, 2, 3, true, "eu", "evals" }, { it.cpu, it.memory, it.disk, it.networkBlockAll, it.target, it.labels.team })
+    assert.matches("^build%-", it.snapshot)                   -- from buildInfo (FROM python:3.12-slim)
+    assert.equal(sb.id, it.name)
+    assert.equal("600", it.labels["sbxlua.ttl"])
+    assert.equal(0, it.autoStopInterval)
+    assert.equal("FeatureNotSupportedError",
+                 (kind_of(function() sbx.sandbox("daytona", { snapshot_id = "snap", cpu = 2 }) end)))
+    assert.equal("FeatureNotSupportedError", (kind_of(function() sbx.sandbox("daytona", { gpu = 1 }) end)))
+  end)
+
   it("401 and 403 are AuthenticationError with the status and Daytona's message", function()
     s:fault{ route = "POST /sandbox", status = 401, body = { statusCode = 401, message = "Invalid API key" } }
     local kind, err = kind_of(function() sbx.sandbox("daytona") end)

@@ -86,7 +86,7 @@ Standin.__index = Standin
 -- The Sandbox (or SandboxListItem) answer for a record.
 function Standin:view(s, list)
   local v = { id = s.id, organizationId = "org-standin", name = s.name, user = "daytona",
-    env = s.env, labels = s.labels, public = false, networkBlockAll = s.networkBlockAll, target = "us",
+    env = s.env, labels = s.labels, public = false, networkBlockAll = s.networkBlockAll, target = s.target,
     cpu = s.cpu, gpu = 0, memory = s.memory, disk = s.disk, state = s.state, desiredState = s.desired,
     errorReason = s.errorReason, recoverable = false, autoStopInterval = s.autoStopInterval,
     autoArchiveInterval = 10080, autoDeleteInterval = s.autoDeleteInterval, snapshot = s.snapshot,
@@ -178,7 +178,7 @@ function Standin:create(req, b)
   local s = { id = id, name = b.name or id, labels = b.labels or {}, env = b.env or {}, cpu = cpu,
     memory = b.memory or 1, disk = b.disk or 3, networkBlockAll = b.networkBlockAll or false,
     autoStopInterval = b.autoStopInterval or 15, autoDeleteInterval = b.autoDeleteInterval or -1,
-    ttlMinutes = b.ttlMinutes, snapshot = b.snapshot or (b.buildInfo and "build-" .. id:sub(1, 8)) or "daytonaio/sandbox:0.4.3",
+    ttlMinutes = b.ttlMinutes, target = b.target or "us", snapshot = b.snapshot or (b.buildInfo and "build-" .. id:sub(1, 8)) or "daytonaio/sandbox:0.4.3",
     state = (b.buildInfo and "pending_build") or "creating", desired = "started", seen = 0,
     createdAt = now_iso(), sessions = {} }
   if s.state == "pending_build" then s.state = "creating" end

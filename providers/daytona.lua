@@ -14,7 +14,9 @@
 local SDK_VERSION = "0.190.0"     -- >= 0.167.0: the toolbox splits stdout and stderr
 local DEFAULT_URL = "https://app.daytona.io/api"
 local DIR = "/tmp/.sbxlua"        -- the agent and its pid/stdin files, inside the sandbox
-local QUOTA = { "limit exceeded", "quota exceeded" }
+-- Daytona's quota answers: "Total CPU limit exceeded. Maximum allowed: N." (and
+-- memory, disk); a 429's "rate limit exceeded" is no quota
+local QUOTA = { "limit exceeded. maximum allowed" }
 local P = "daytona"
 
 local SCHEMA = {

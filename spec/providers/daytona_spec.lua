@@ -77,7 +77,7 @@ describe("daytona provider", function()
     assert.equal(7, err.context.retry_after)
     assert.equal(429, err.context.status)
     assert.matches("Too Many Requests", err.message)
-    s:fault{ route = "POST /sandbox", status = 429, body = { statusCode = 429, message = "slow down" } }
+    s:fault{ route = "POST /sandbox", status = 429, body = { statusCode = 429, message = "ThrottlerException: rate limit exceeded" } }
     kind, err = kind_of(function() sbx.sandbox("daytona") end)
     assert.equal("RateLimitError", kind)
     assert.is_nil(err.context.retry_after)
@@ -89,6 +89,9 @@ describe("daytona provider", function()
     assert.equal("QuotaExceededError", kind)
     assert.equal(400, err.context.status)
     assert.matches("Total CPU limit exceeded%. Maximum allowed: 4%.", err.message)
+    s:fault{ route = "POST /sandbox", status = 400,
+             body = { statusCode = 400, message = "Total memory limit exceeded. Maximum allowed: 8GiB." } }
+    assert.equal("QuotaExceededError", (kind_of(function() sbx.sandbox("daytona") end)))
     assert.equal(0, count())
   end)
 

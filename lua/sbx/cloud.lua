@@ -189,6 +189,44 @@ function Client:json(method, path, o)
   return v, res
 end
 
+---multipart(parts) -> body, content_type: a multipart/form-data body of
+---parts { name =, data =, filename = (a file part), content_type = }, for
+---the upload endpoints of in-sandbox APIs. The boundary is random and
+---checked against every part's bytes.
+function M.multipart(parts)
+  local boundary
+  repeat
+    boundary = "sbxlua-" .. require("sbx.proc").random_hex(24)
+    local clash = false
+    for _, p in ipairs(parts) do if p.data:find(boundary, 1, true) then clash = true end end
+  until not clash
+  local out = {}
+  for _, p in ipairs(parts) do
+    assert(type(p.name) == "string" and type(p.data) == "string", "cloud.multipart: each part has a name and data")
+    out[#out + 1] = "--" .. boundary .. "\r\nContent-Disposition: form-data; name=\"" .. p.name .. "\""
+      .. (p.filename and ("; filename=\"" .. p.filename:gsub('[\r\n"]', "_") .. "\"") or "") .. "\r\n"
+      .. "Content-Type: " .. (p.content_type or (p.filename and "application/octet-stream" or "text/plain"))
+      .. "\r\n\r\n" .. p.data .. "\r\n"
+  end
+  out[#out + 1] = "--" .. boundary .. "--\r\n"
+  return table.concat(out), "multipart/form-data; boundary=" .. boundary
+end
+
+local agent_bytes, agent_id
+---agent() -> bytes, id: this build's static sbx-agent (docs/agent-protocol.md;
+---`sbx-agent run` supervises one command: a subreaper, a timeout that kills
+---the whole tree, its status as the last bytes of stderr), for a provider
+---to place in a sandbox whose API can run commands but not supervise
+---them; `id` (agentlink.hash, as docker's agent volume names it) tells
+---this build's from another's.
+function M.agent()
+  if not agent_bytes then
+    agent_bytes = require "sbx.agentbin"
+    agent_id = require("sbx.agentlink").hash(agent_bytes)
+  end
+  return agent_bytes, agent_id
+end
+
 ---The ownership labels of a sandbox made for `spec` (create's argument):
 ---what gc and list_owned find it by.
 function M.labels(spec, extra)

@@ -126,7 +126,8 @@ function M.environment(name)
   -- HTTP APIs: typed errors, retries, JSON, ownership labels (lua/sbx/cloud.lua).
   local cloud = require "sbx.cloud"
   env.cloud = { client = cloud.client, error_for = cloud.error_for, labels = cloud.labels,
-                retry_after = cloud.retry_after, message_of = cloud.message_of }
+                retry_after = cloud.retry_after, message_of = cloud.message_of,
+                multipart = cloud.multipart, agent = cloud.agent }
   env.builtin = builtin
   -- The host, for a provider that wraps a host program (safehouse): its
   -- kernel name, and the absolute path of an executable regular file, a

@@ -67,6 +67,15 @@ return {
     traits.host_env = s.env
     return traits
   end },
+  -- Daytona's API and toolbox, spoken to by providers/daytona.lua, served by
+  -- its stand-in (spec/support/standin/daytona.lua) as a process of its own,
+  -- every cloud sandbox a bwrap sandbox behind it
+  daytona = { backend = "daytona", gate = "bwrap", title = "daytona (stand-in)", setup = function(traits)
+    local s = require("spec.support.standin.daytona_proc").start()
+    s:use()
+    traits.host_env, traits.own_root = s.host_env, true
+    return traits
+  end },
   docker_engine = { backend = "docker", gate = "docker", mode = "engine", title = "docker (engine exec)",
                     options = { image = S.IMAGE }, traits = { own_root = true } },
   -- a cloud provider script over HTTP: providers/tensorlake.lua against the

@@ -120,3 +120,25 @@ describe("cloud client", function()
     assert.equal(require("sbx.owner").hostname(), l["sbxlua.host"])
   end)
 end)
+
+describe("cloud.multipart and cloud.agent", function()
+  it("builds a multipart body the stand-ins' parser takes apart again, binary parts intact", function()
+    local bytes = {}
+    for i = 0, 255 do bytes[#bytes + 1] = string.char(i) end
+    local blob = table.concat(bytes):rep(8) .. "\r\n--"
+    local body, ctype = cloud.multipart{ { name = "files[0].path", data = "/a/b" },
+                                         { name = "files[0].file", filename = "b", data = blob } }
+    assert.matches("^multipart/form%-data; boundary=sbxlua%-%x+$", ctype)
+    local parts = assert(require("spec.support.standin.daytona_toolbox").multipart(body, ctype))
+    assert.equal(2, #parts)
+    assert.same({ "files[0].path", "/a/b" }, { parts[1].name, parts[1].data })
+    assert.same({ "files[0].file", "b", blob }, { parts[2].name, parts[2].filename, parts[2].data })
+  end)
+
+  it("hands out this build's static sbx-agent with a stable id", function()
+    local bytes, id = cloud.agent()
+    assert.equal("\127ELF", bytes:sub(1, 4))
+    assert.equal(require("sbx.agentlink").hash(bytes), id)
+    assert.equal(id, select(2, cloud.agent()))
+  end)
+end)

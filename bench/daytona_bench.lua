@@ -1,0 +1,68 @@
+-- bench/daytona_bench.lua: sbxlua's daytona provider against the stand-in
+-- whose URL and key are in $DAYTONA_API_URL / $DAYTONA_API_KEY (bench/daytona.sh).
+--   sbxlua bench/daytona_bench.lua N_CREATE N_EXEC N_RW
+-- One line per measurement: "<what> p50 <ms> p90 <ms> n <n>", plus the raw
+-- HTTP round trips the stand-in answers (libcurl from Lua, no provider).
+local C = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/common.lua")
+local http = require "sbx.http"
+local json = require "cjson"
+local n_create, n_exec, n_rw = tonumber(arg[1] or "10"), tonumber(arg[2] or "50"), tonumber(arg[3] or "50")
+
+local function line(what, t)
+  local s = C.stats(t)
+  print(string.format("%s p50 %.3f p90 %.3f n %d", what, s.p50, s.p90, s.n))
+  io.stdout:flush()
+end
+
+line("create+destroy", C.time(n_create, 1, function()
+  local sb = sbx.sandbox("daytona")
+  sb:destroy()
+end))
+
+local sb <close> = sbx.sandbox("daytona")
+line("exec true", C.time(n_exec, 3, function()
+  local r = sb:execute_command("true", {})
+  assert(r.exit_code == 0)
+end))
+
+local blob = string.rep("x", 1024)
+line("write+read 1KiB", C.time(n_rw, 3, function()
+  sb:write_file("bench.txt", blob)
+  assert(sb:read_file("bench.txt") == blob)
+end))
+
+-- The raw exchanges under those operations, one request each.
+local url, key = os.getenv("DAYTONA_API_URL"), os.getenv("DAYTONA_API_KEY")
+local h = { authorization = "Bearer " .. key, ["content-type"] = "application/json" }
+local st = sb:session_state().state
+local tb = url .. "/toolbox/" .. st.sid
+line("raw GET /sandbox/{id}", C.time(n_exec, 3, function()
+  assert(assert(http.request{ url = url .. "/sandbox/" .. st.sid, headers = h }).status == 200)
+end))
+line("raw GET files/download 1KiB", C.time(n_exec, 3, function()
+  assert(assert(http.request{ url = tb .. "/files/download?path=" .. http.escape(sb.workdir .. "/bench.txt"),
+                              headers = h }).status == 200)
+end))
+line("raw POST process/execute true", C.time(n_exec, 3, function()
+  assert(assert(http.request{ method = "POST", url = tb .. "/process/execute", headers = h,
+                              body = json.encode{ command = "true" } }).status == 200)
+end))
+-- The same exchange as sbxlua's exec: one session exec of the agent line
+-- (so sbxlua's own cost is the difference)
+assert(http.request{ method = "POST", url = tb .. "/process/session", headers = h,
+                     body = json.encode{ sessionId = "bench-raw" } })
+local agent_line = "env -i 'PATH=/usr/local/bin:/usr/bin:/bin' '" .. st.agent .. "' run --cwd '" .. sb.workdir
+                   .. "' --timeout 600.000 -- 'true'"
+line("raw POST session exec (agent) true", C.time(n_exec, 3, function()
+  local r = assert(http.request{ method = "POST", url = tb .. "/process/session/bench-raw/exec", headers = h,
+                                 body = json.encode{ command = agent_line, runAsync = false } })
+  assert(r.status == 200, r.body)
+end))
+line("raw upload-v2 + download 1KiB", C.time(n_rw, 3, function()
+  local body = "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"r.txt\"\r\n\r\n" .. blob .. "\r\n--b--\r\n"
+  local up = assert(http.request{ method = "POST", url = tb .. "/files/upload-v2?path=" .. http.escape(sb.workdir .. "/r.txt"),
+                                  headers = { authorization = h.authorization, ["content-type"] = "multipart/form-data; boundary=b" },
+                                  body = body })
+  assert(up.status == 200, up.body)
+  assert(assert(http.request{ url = tb .. "/files/download?path=" .. http.escape(sb.workdir .. "/r.txt"), headers = h }).body == blob)
+end))

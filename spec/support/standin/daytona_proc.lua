@@ -19,9 +19,6 @@ local M = {}
 local P = {}
 P.__index = P
 
-local real_getenv = os.getenv
-local overlay = {}
-
 ---start{ key =, max_cpu =, polls =, backend = } -> the running stand-in
 function M.start(o)
   o = o or {}
@@ -54,18 +51,26 @@ function M.start(o)
   return s
 end
 
----This process's provider uses this stand-in (the two variables the
----provider's config names, as seen by this process only).
+---This process's provider uses this stand-in: the two variables the
+---provider's config names, set in this process's environment.
+local saved
 function P:use()
-  overlay.DAYTONA_API_KEY, overlay.DAYTONA_API_URL = self.key, self.url
-  os.getenv = function(k)
-    if overlay[k] ~= nil then return overlay[k] or nil end
-    return real_getenv(k)
-  end
+  saved = saved or { os.getenv("DAYTONA_API_KEY"), os.getenv("DAYTONA_API_URL") }
+  proc.setenv("DAYTONA_API_KEY", self.key)
+  proc.setenv("DAYTONA_API_URL", self.url)
 end
 
-function M.unset() overlay.DAYTONA_API_KEY, overlay.DAYTONA_API_URL = false, false end
-function M.restore() overlay = {} os.getenv = real_getenv end
+function M.unset()
+  proc.setenv("DAYTONA_API_KEY", nil)
+  proc.setenv("DAYTONA_API_URL", nil)
+end
+
+function M.restore()
+  if not saved then return end
+  proc.setenv("DAYTONA_API_KEY", saved[1])
+  proc.setenv("DAYTONA_API_URL", saved[2])
+  saved = nil
+end
 
 local function call(self, method, path, body)
   local res = assert(http.request{ method = method, url = self.url .. path, body = body and json.encode(body) or nil,

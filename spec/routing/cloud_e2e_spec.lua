@@ -132,6 +132,7 @@ describe("routing over local, docker and the cloud stand-ins", function()
     local r = S.sbxlua({ "route", "--explain", "--policy", "cheapest", "--cpu", "2", "--memory-mb", "4096" },
                        { env = ENV })
     assert.equal(0, r.exit_code, r.stderr)
+    if os.getenv("SBX_SHOW") then io.stderr:write(r.stdout) end
     for _, n in ipairs{ "local", "docker", "e2b", "daytona", "tensorlake", HAS_MODAL and "modal" or nil } do
       assert.matches(n, r.stdout, 1, true)
     end

@@ -1053,8 +1053,21 @@ static int proc_getpid(lua_State *L) {
   return 1;
 }
 
+/* proc.setenv(name, value | nil): this process's environment, which the
+** processes it starts inherit (specs export a test cluster's address and
+** token with it before any task runs; setenv is not thread-safe) */
+static int proc_setenv(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  const char *value = luaL_optstring(L, 2, NULL);
+  luaL_argcheck(L, *name && !strchr(name, '='), 1, "not a variable name");
+  if (value ? setenv(name, value, 1) : unsetenv(name))
+    return luaL_error(L, "setenv %s: %s", name, strerror(errno));
+  return 0;
+}
+
 static const luaL_Reg proc_funcs[] = {
   {"getpid", proc_getpid},
+  {"setenv", proc_setenv},
   {"random_hex", proc_random_hex},
   {"spawn", proc_spawn},
   {"spawner", proc_spawner},

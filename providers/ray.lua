@@ -11,7 +11,7 @@
 -- One file for the whole provider: the contract is one file per provider.
 
 local BOOT = [==[
-import base64,json,os,shutil,signal,socket,subprocess,sys,tempfile,time
+import base64,fcntl,json,os,shutil,signal,socket,subprocess,sys,tempfile,time
 c=json.loads(base64.b64decode(sys.argv[1]))
 def log(m):
     sys.stderr.write("sbxlua-ray: %s\n"%m); sys.stderr.flush()
@@ -44,14 +44,28 @@ def finish(code):
             while os.waitpid(-1,os.WNOHANG)[0]>0: pass
         except ChildProcessError: pass
         time.sleep(0.05)
-    if not c.get("attach"): shutil.rmtree(box,ignore_errors=True)
+    if not c.get("attach"):
+        shutil.rmtree(box,ignore_errors=True)
+        try: os.remove(box+".lock")
+        except OSError: pass
     os._exit(code)
 for sg,n in ((signal.SIGTERM,143),(signal.SIGINT,130),(signal.SIGHUP,129)):
     signal.signal(sg,lambda *a,n=n: finish(n))
 ppid=os.getppid()
 if c.get("attach"):
     if not os.path.isdir(box): log("sandbox %s is gone from this node"%c["id"]); os._exit(4)
-else: os.mkdir(box,0o700)
+else:
+    # held for the bootstrap's life; a box whose lock is free lost its
+    # bootstrap to a SIGKILL (a dead node): the next bootstrap removes it
+    lk=open(box+".lock.new","w"); fcntl.flock(lk,fcntl.LOCK_EX); os.rename(box+".lock.new",box+".lock")
+    os.mkdir(box,0o700)
+    for n in os.listdir(base):
+        if n.endswith(".lock") and n!=c["id"]+".lock":
+            try:
+                with open(os.path.join(base,n)) as o:
+                    fcntl.flock(o,fcntl.LOCK_EX|fcntl.LOCK_NB)
+                    shutil.rmtree(os.path.join(base,n[:-5]),ignore_errors=True); os.remove(os.path.join(base,n))
+            except OSError: pass
 try:
     s=socket.create_connection((c["host"],c["port"]),timeout=30)
     have=os.access(agent,os.X_OK)
@@ -440,7 +454,7 @@ local function resources_of(spec)
     local k, v = spec.region:match("^([^=]+)=(.*)$")
     if k then labels[k] = v end
   end
-  return { cpus = spec.cpu or c.cpu, memory = spec.memory_mb and math.floor(spec.memory_mb * 1048576) or nil,
+  return { cpus = tonumber(bo.num_cpus) or spec.cpu or c.cpu, memory = spec.memory_mb and math.floor(spec.memory_mb * 1048576) or nil,
            labels = labels, resources = resources }
 end
 

@@ -55,8 +55,8 @@ cluster_pids() {
   local p
   for p in /proc/[0-9]*; do
     [ "${p#/proc/}" = $$ ] && continue
-    if tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "SBXRAY_CLUSTER=$1"; then
-      if [ -z "${2:-}" ] || tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "SBXRAY_NODE=$2"; then
+    if { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "SBXRAY_CLUSTER=$1"; then
+      if [ -z "${2:-}" ] || { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "SBXRAY_NODE=$2"; then
         echo "${p#/proc/}"
       fi
     fi

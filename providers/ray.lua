@@ -68,6 +68,7 @@ else:
             except OSError: pass
 try:
     s=socket.create_connection((c["host"],c["port"]),timeout=30)
+    s.setsockopt(socket.IPPROTO_TCP,socket.TCP_NODELAY,1)  # small frames: no Nagle delay
     have=os.access(agent,os.X_OK)
     s.sendall(("SBXRAY1 %s %s %d %d %s\n"%(c["key"],c["token"],have,bw is not None,box)).encode())
     f=s.makefile("rb"); w=f.readline().split()
@@ -459,6 +460,11 @@ local function resources_of(spec)
 end
 
 local function create(spec)
+  if spec.allow_internet == true then
+    -- the node's network reaches the cluster's own ports (its dashboard, GCS)
+    fail("FeatureNotSupportedError", "sandboxes on ray have no network (allow_internet = true is not offered)",
+         { op = "create" })
+  end
   local req = resources_of(spec)
   local ok, why = fits(req)
   if not ok then

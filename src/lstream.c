@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <netinet/tcp.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -330,6 +331,9 @@ static int accept_k(lua_State *L, int status, lua_KContext ctx) {
   if (lua_touserdata(L, 3) && !resumed(L, s, 0, &nres)) return nres;
   int fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd >= 0) {
+    /* frames are small and answered: no Nagle delay (fails harmlessly on unix sockets) */
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     new_stream(L, fd);
     return 1;
   }

@@ -135,7 +135,7 @@ local function api(method, path, body, o)
   local tok = env(c.token_env)
   if tok and tok ~= "" then headers.authorization = "Bearer " .. tok:gsub("%s+$", "") end
   local res, err, code = http.request{ method = method, url = base .. path, headers = headers,
-    body = body and json.encode(body) or nil, timeout = o.timeout or 30, connect_timeout = 5 }
+    body = body and json.encode(body) or nil, timeout = o.timeout or 30, connect_timeout = math.min(5, o.timeout or 5) }
   if not res then
     fail(o.kind or "SandboxConnectionError", method .. " " .. path .. ": " .. tostring(err),
          { op = o.op, code = code, retryable = true })
@@ -317,8 +317,8 @@ local function retire(sid, grace, now)
   end
 end
 
-local function nodes()
-  local d = api("GET", "/api/v0/nodes?limit=1000", nil, { op = "create", kind = "SandboxCreationError" })
+local function nodes(timeout)
+  local d = api("GET", "/api/v0/nodes?limit=1000", nil, { op = "create", kind = "SandboxCreationError", timeout = timeout })
   local list = type(d) == "table" and d.data and d.data.result and d.data.result.result
   if type(list) ~= "table" then fail("SandboxCreationError", "cannot read the cluster's nodes", { op = "create" }) end
   local alive = {}
@@ -438,9 +438,49 @@ end
 
 -- ------------------------------------------------------------ operations
 
+local DESCRIPTOR = {
+  name = NAME, description = "sandboxes as Ray jobs on a Ray cluster (sbx-agent under bwrap on the node)",
+  isolation = "namespace",
+  capabilities = { "exec", "files", "streaming", "background", "resume" },
+  options = { cpu = true, memory_mb = true, allow_internet = true, backend_options = true },
+  price = { per_vcpu_hour = 0, per_gib_hour = 0 },     -- providers.ray.price in the config sets them
+  regions = {},    -- the nodes' labels as "key=value", filled from the cluster
+  capacity = {},   -- nodes, cpus, cpus_free, memory_mb, memory_mb_free: from the cluster
+}
+
+-- The descriptor's capacity and regions, updated in place from the cluster
+-- (the router holds the same tables).
+local function refresh()
+  local list = nodes(3)
+  local cap, regions, seen = DESCRIPTOR.capacity, DESCRIPTOR.regions, {}
+  local cpus, mem = 0, 0
+  for _, n in ipairs(list) do
+    cpus, mem = cpus + (n.resources_total.CPU or 0), mem + (n.resources_total.memory or 0)
+    for k, v in pairs(n.labels or {}) do
+      if not k:find("^ray%.io/") then seen[k .. "=" .. tostring(v)] = true end
+    end
+  end
+  local st = api("GET", "/api/cluster_status", nil, { op = "available", timeout = 3 })
+  local usage = type(st) == "table" and type(st.data) == "table" and type(st.data.clusterStatus) == "table"
+                and type(st.data.clusterStatus.loadMetricsReport) == "table"
+                and st.data.clusterStatus.loadMetricsReport.usage or {}
+  cap.nodes, cap.cpus, cap.memory_mb = #list, cpus, mem // 1048576
+  cap.cpus_free = type(usage.CPU) == "table" and (usage.CPU[2] or 0) - (usage.CPU[1] or 0) or nil
+  cap.memory_mb_free = type(usage.memory) == "table"
+                       and ((usage.memory[2] or 0) - (usage.memory[1] or 0)) // 1048576 or nil
+  for i = #regions, 1, -1 do regions[i] = nil end
+  for r in pairs(seen) do regions[#regions + 1] = r end
+  table.sort(regions)
+end
+
 local function available()
   local c = config()
   if not address() then return false, "no cluster address: set $" .. c.address_env .. " or providers.ray.address" end
+  local ok, err = pcall(refresh)
+  -- a refused token is the create's AuthenticationError, said there
+  if not ok and not errors.is(err, "AuthenticationError") then
+    return false, "the cluster at " .. address() .. " does not answer: " .. tostring(type(err) == "table" and err.message or err)
+  end
   return true
 end
 
@@ -569,13 +609,7 @@ function ops.get_tree(h, dir)
 end
 
 return {
-  descriptor = {
-    name = NAME, description = "sandboxes as Ray jobs on a Ray cluster (sbx-agent under bwrap on the node)",
-    isolation = "namespace",
-    capabilities = { "exec", "files", "streaming", "background", "resume" },
-    options = { cpu = true, memory_mb = true, allow_internet = true, backend_options = true },
-    price = { per_vcpu_hour = 0, per_gib_hour = 0 },
-  },
+  descriptor = DESCRIPTOR,
   config_schema = {
     address = { type = "string", help = "the dashboard's URL (Jobs API), e.g. http://head:8265" },
     address_env = { type = "env", default = "SBX_RAY_ADDRESS", help = "the variable holding the address when address is not set" },

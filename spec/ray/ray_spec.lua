@@ -30,6 +30,20 @@ describe("ray provider", function()
     assert.equal(head.node_id, job(sh.id).driver_node_id)
   end)
 
+  it("reports the cluster's capacity and its nodes' labels as regions; a region pins", function()
+    local d = require("sbx.providers").describe().ray
+    assert.is_true(d.available, tostring(d.reason))
+    assert.is_true(d.capacity.nodes >= 2, "nodes " .. tostring(d.capacity.nodes))
+    assert.is_true(d.capacity.cpus >= 3, "cpus " .. tostring(d.capacity.cpus))
+    assert.is_number(d.capacity.cpus_free)
+    assert.is_true(d.capacity.memory_mb > 0)
+    local has = {}
+    for _, r in ipairs(d.regions) do has[r] = true end
+    assert.is_true(has["sbx.node=b"] and has["sbx.node=head"], table.concat(d.regions, ", "))
+    local sb <close> = sbx.sandbox("ray", { region = "sbx.node=b" })
+    assert.equal(R.node("b").node_id, job(sb.id).driver_node_id)
+  end)
+
   it("refuses at once a request no node can satisfy, submitting nothing", function()
     local before = #R.jobs("sbxlua-" .. HOST .. "-")
     local t0 = loop.now()

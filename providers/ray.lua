@@ -530,6 +530,12 @@ local function destroy(h)
   pcall(h.link.close, h.link)
   if h.attach_sid then pcall(retire, h.attach_sid, 3) end
   retire(h.sid, 3)
+  -- the agents other processes attached when they resumed it
+  local ok, list = pcall(api, "GET", "/api/jobs/", nil, { op = "destroy" })
+  for _, j in ipairs(ok and type(list) == "table" and list or {}) do
+    local s = type(j.submission_id) == "string" and j.submission_id or ""
+    if s:sub(1, #h.sid + 2) == h.sid .. "-a" then pcall(retire, s, 3) end
+  end
   sweep(false)
 end
 

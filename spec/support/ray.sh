@@ -52,15 +52,16 @@ EOF
 # The pids of processes whose environment holds SBXRAY_CLUSTER=$1 (and,
 # with $2, SBXRAY_NODE=$2).
 cluster_pids() {
-  local p
-  for p in /proc/[0-9]*; do
-    [ "${p#/proc/}" = $$ ] && continue
-    if { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "SBXRAY_CLUSTER=$1"; then
-      if [ -z "${2:-}" ] || { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "SBXRAY_NODE=$2"; then
-        echo "${p#/proc/}"
-      fi
-    fi
+  local files
+  # one grep over every environment (NUL-separated entries)
+  files=$(grep -lszx "SBXRAY_CLUSTER=$1" /proc/[0-9]*/environ 2>/dev/null || true)
+  [ -n "$files" ] && [ -n "${2:-}" ] && files=$(echo "$files" | xargs grep -lszx "SBXRAY_NODE=$2" 2>/dev/null || true)
+  local f
+  for f in $files; do
+    f=${f#/proc/}; f=${f%/environ}
+    [ "$f" != $$ ] && echo "$f"
   done
+  return 0
 }
 
 healthy() {
@@ -165,8 +166,11 @@ stop() {
       [ -z "$pids" ] && break
       sleep 0.2
     done
-    # shellcheck disable=SC2086
-    [ -n "$pids" ] && kill -KILL $pids 2>/dev/null || true
+    if [ -n "$pids" ]; then
+      # shellcheck disable=SC2086
+      kill -KILL $pids 2>/dev/null || true
+      for i in $(seq 25); do [ -z "$(cluster_pids "$SBX_RAY_ID")" ] && break; sleep 0.2; done
+    fi
   fi
   case "$SBX_RAY_TMP" in /tmp/sbxray.*) rm -rf "$SBX_RAY_TMP" ;; esac
   rm -f "$ENVF"

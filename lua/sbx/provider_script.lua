@@ -6,7 +6,8 @@
 --- which yield to the event loop). What it gets: the safe base library,
 --- copies of string/table/math/utf8, os.time/clock/date/difftime, and
 --- http, json, base64, stream, timer, errors, agentlink, process_handle,
---- cloud, host, bridge, owner, env(), config() and builtin(). Reading any other global (io, require, debug, load,
+--- cloud, host, bridge, owner, env(), config(), builtin(), hostname(), random_hex() and
+--- agent_binary(). Reading any other global (io, require, debug, load,
 --- package, ...) or os.execute raises ConfigError naming file:line.
 local errors = require "sbx.errors"
 local contract = require "sbx.contract"
@@ -114,7 +115,16 @@ function M.environment(name)
   env.http = { request = http.request, escape = http.escape }
   env.json = { encode = cjson.encode, decode = cjson.decode, null = cjson.null }
   env.base64 = copy(M.base64)
-  env.stream = { connect = require("sbx.stream").connect }
+  local sstream = require "sbx.stream"
+  env.stream = { connect = sstream.connect, listen = sstream.listen }
+  -- For providers whose sandboxes dial back (ray): who this host is, secrets
+  -- from the kernel's random pool, and this build's sbx-agent to ship.
+  env.hostname = require("sbx.owner").hostname
+  env.random_hex = require("sbx.proc").random_hex
+  env.agent_binary = function()
+    local blob = require "sbx.agentbin"
+    return blob, require("sbx.agentlink").hash(blob)
+  end
   env.timer = { sleep = loop.sleep, now = loop.now }
   env.errors = { raise = errors.raise, is = errors.is, new = errors.new }
   local agentlink = require "sbx.agentlink"

@@ -76,6 +76,14 @@ return {
     traits.host_env, traits.own_root = s.host_env, true
     return traits
   end },
+  -- a real Ray cluster (spec/support/ray.sh: a head and a second node on this
+  -- machine, token auth on): each sandbox is a Ray job whose sbx-agent, under
+  -- bwrap on the node, dials back to this process
+  ray = { backend = "ray", gate = "ray", title = "ray (a real cluster)", traits = { own_root = true },
+          setup = function(traits)
+            require "busted".teardown(require("spec.support.ray").release)
+            return traits
+          end },
   docker_engine = { backend = "docker", gate = "docker", mode = "engine", title = "docker (engine exec)",
                     options = { image = S.IMAGE }, traits = { own_root = true } },
   -- a cloud provider script over HTTP: providers/tensorlake.lua against the

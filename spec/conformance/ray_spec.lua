@@ -1,0 +1,1 @@
+require("spec.conformance.run")("ray")

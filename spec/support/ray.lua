@@ -3,8 +3,9 @@
 --   if not R.gate("ray: ...") then return end     -- a skip with one line
 --   teardown(R.release)
 -- gate() uses the cluster ./dev started (build/ray/cluster.env), or starts
--- one (installing Ray into a venv first) and remembers to stop it in
--- release(). Where Ray cannot be installed or started the spec is skipped
+-- one (installing Ray into a venv first); spec processes running in
+-- parallel share it, and the last to release() stops one a spec started.
+-- Where Ray cannot be installed or started the spec is skipped
 -- with the reason, unless CI=true or SBX_REQUIRE_RAY=1: then it fails.
 -- It exports SBX_RAY_ADDRESS and RAY_AUTH_TOKEN (the provider's default
 -- variables) to this process and the sbxlua processes it starts.
@@ -46,12 +47,11 @@ function R.script(args) return sh("SBX_RAY_DIR=" .. R.DIR .. " " .. R.SCRIPT .. 
 ---nil, why.
 function R.cluster()
   if R.env then return R.env end
-  local had = read(R.DIR .. "/cluster.env")
-  local out, status = R.script("start")
+  local out, status = R.script("use " .. proc.getpid())
   if status ~= 0 then return nil, "the test cluster did not start: " .. out:gsub("%s+$", ""):sub(-800) end
   local e = parse(out)
   if not e then return nil, "spec/support/ray.sh start printed no cluster: " .. out:sub(-400) end
-  R.started = not (had and parse(had) and parse(had).SBX_RAY_ID == e.SBX_RAY_ID)
+  R.using = true
   e.token = (read(e.SBX_RAY_TOKEN_FILE) or ""):gsub("%s+$", "")
   proc.setenv("SBX_RAY_ADDRESS", e.SBX_RAY_ADDRESS)
   proc.setenv("RAY_AUTH_TOKEN", e.token)
@@ -70,9 +70,10 @@ function R.gate(title)
   return false
 end
 
----release(): stop the cluster if this process started it.
+---release(): this process is done with the cluster; the last spec process
+---to finish stops one a spec started (./dev's own stays for the next run).
 function R.release()
-  if R.started then R.script("stop") R.started = false end
+  if R.using then R.script("unuse " .. proc.getpid()) R.using = false end
 end
 
 ---api(method, path [, body]) -> decoded body, HTTP status (curl, as a

@@ -8,6 +8,9 @@
 #                                  "node_N": 1, no CPUs: only jobs that ask
 #                                  for node_N land there)
 #   spec/support/ray.sh stop       stop exactly the processes it started
+#   spec/support/ray.sh use PID    start (or reuse) for spec process PID; prints the env file
+#   spec/support/ray.sh unuse PID  PID is done: the last live user stops a cluster
+#                                  a spec started (never the one ./dev started)
 #   spec/support/ray.sh env        the env file of the running cluster
 # Everything lives under $SBX_RAY_DIR (default build/ray): the venv, and the
 # env file (cluster.env) naming the cluster's address, token file, temp dir
@@ -108,6 +111,7 @@ start() {
   install
   if healthy; then cat "$ENVF"; return 0; fi
   [ -f "$ENVF" ] && stop
+  rm -f "$DIR/by-spec"
   local tmp ports
   tmp=$(mktemp -d /tmp/sbxray.XXXXXX)
   SBX_RAY_TMP=$tmp SBX_RAY_HOME=$tmp/home SBX_RAY_TOKEN_FILE=$tmp/token SBX_RAY_ID=${tmp#/tmp/sbxray.}
@@ -173,8 +177,31 @@ stop() {
     fi
   fi
   case "$SBX_RAY_TMP" in /tmp/sbxray.*) rm -rf "$SBX_RAY_TMP" ;; esac
-  rm -f "$ENVF"
+  rm -f "$ENVF" "$DIR/by-spec"
   log "stopped cluster $SBX_RAY_ID"
+}
+
+# use PID / unuse PID: specs running in parallel share one cluster; the last
+# of them to finish stops it when one of them started it.
+use() {
+  local fresh=0
+  healthy || fresh=1
+  start
+  mkdir -p "$DIR/users"
+  : >"$DIR/users/$1"
+  [ "$fresh" = 1 ] && : >"$DIR/by-spec"
+  return 0
+}
+unuse() {
+  local f
+  rm -f "$DIR/users/$1"
+  for f in "$DIR"/users/*; do
+    [ -e "$f" ] || continue
+    if [ -d "/proc/${f##*/}" ]; then return 0; fi
+    rm -f "$f"                   # a user that died without saying so
+  done
+  if [ -f "$DIR/by-spec" ]; then stop; fi
+  return 0
 }
 
 # kill-node N [SIG]: signal node N's raylet (the specs' node failure).
@@ -197,6 +224,8 @@ case "${1:-}" in
   kill-node) kill_node "$2" "${3:-KILL}" ;;
   pids) . "$ENVF"; cluster_pids "$SBX_RAY_ID" "${2:-}" ;;
   stop) stop ;;
+  use) use "$2" ;;
+  unuse) unuse "$2" ;;
   env) cat "$ENVF" ;;
   *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

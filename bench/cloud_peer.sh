@@ -8,7 +8,7 @@
 # ROUNDS rounds per provider (sbxlua, SDK, peer, next round), so drift of
 # the shared machine's load spreads over all three columns.
 #
-#   bench/cloud_peer.sh                 ROUNDS=3 N_CREATE=3 N_EXEC=30 N_RW=30 (per round and client)
+#   bench/cloud_peer.sh                 ROUNDS=6 N_CREATE=2 N_EXEC=15 N_RW=15 (per round and client; ~7 min)
 #   QUICK=1 bench/cloud_peer.sh         1 round, 2/5/5
 #   PROVIDERS="daytona" bench/cloud_peer.sh
 #   E2B_SCALE=0 bench/cloud_peer.sh     e2b stand-in with a bwrap sandbox behind each sandbox
@@ -23,7 +23,7 @@ set -uo pipefail
 BENCH=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$BENCH/.." && pwd)
 SBXLUA=${SBXLUA:-$ROOT/build/sbxlua}
-ROUNDS=${ROUNDS:-3} N_CREATE=${N_CREATE:-3} N_EXEC=${N_EXEC:-30} N_RW=${N_RW:-30}
+ROUNDS=${ROUNDS:-6} N_CREATE=${N_CREATE:-2} N_EXEC=${N_EXEC:-15} N_RW=${N_RW:-15}
 if [ "${QUICK:-}" = 1 ]; then ROUNDS=1 N_CREATE=2 N_EXEC=5 N_RW=5; fi
 PROVIDERS=${PROVIDERS:-e2b daytona tensorlake}
 PEER_DIR=${PEER_DIR:-/tmp/peer}

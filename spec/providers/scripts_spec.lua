@@ -374,6 +374,8 @@ describe("looking a built-in provider up (on every request of a cloud provider)"
     assert.is_true(script.has_builtin("providers/e2b"))
     assert.is_false(script.has_builtin("providers/no-such-provider"))
     assert.equal(providers.schema("e2b"), providers.schema("e2b"))      -- normalized once
+    assert.equal(config.provider("e2b"), config.provider("e2b"))        -- defaulted once per config
+    assert.equal("/workspace", config.provider("e2b").workdir)
     -- 200 lookups of e2b's settings, as its requests make them: a copy of
     -- providers/e2b.lua (~25 KB) per lookup would be 5 MB
     collectgarbage("stop")

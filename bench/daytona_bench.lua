@@ -20,22 +20,56 @@ line("create+destroy", C.time(n_create, 1, function()
 end))
 
 local sb <close> = sbx.sandbox("daytona")
-line("exec true", C.time(n_exec, 3, function()
-  local r = sb:execute_command("true", {})
-  assert(r.exit_code == 0)
-end))
-
+assert(sb:execute_command("true", {}).exit_code == 0)   -- uploads the agent, opens the session
 local blob = string.rep("x", 1024)
-line("write+read 1KiB", C.time(n_rw, 3, function()
-  sb:write_file("bench.txt", blob)
-  assert(sb:read_file("bench.txt") == blob)
-end))
-
--- The raw exchanges under those operations, one request each.
 local url, key = os.getenv("DAYTONA_API_URL"), os.getenv("DAYTONA_API_KEY")
 local h = { authorization = "Bearer " .. key, ["content-type"] = "application/json" }
 local st = sb:session_state().state
 local tb = url .. "/toolbox/" .. st.sid
+
+-- The raw exchanges under those operations (libcurl from Lua, no provider),
+-- each interleaved with sbxlua's operation in the same loop so that both
+-- see the same load: sbxlua's own cost is the difference.
+-- The same exchange as sbxlua's exec: one session exec of the agent line
+-- sbxlua sends (pid file slot, cwd, the default timeout).
+assert(http.request{ method = "POST", url = tb .. "/process/session", headers = h,
+                     body = json.encode{ sessionId = "bench-raw" } })
+local agent_line = "env -i 'PATH=/usr/local/bin:/usr/bin:/bin' '" .. st.agent .. "' run --pidfile '"
+                   .. st.agent:match("^(.*)/[^/]*$") .. "/slot-99.pid' --cwd '" .. sb.workdir .. "' --timeout 600.000 -- 'true'"
+local function raw_exec()
+  local r = assert(http.request{ method = "POST", url = tb .. "/process/session/bench-raw/exec", headers = h,
+                                 body = json.encode{ command = agent_line, runAsync = false } })
+  assert(r.status == 200, r.body)
+end
+local function raw_rw()
+  local body = "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"r.txt\"\r\n\r\n" .. blob .. "\r\n--b--\r\n"
+  local up = assert(http.request{ method = "POST", url = tb .. "/files/upload-v2?path=" .. http.escape(sb.workdir .. "/r.txt"),
+                                  headers = { authorization = h.authorization, ["content-type"] = "multipart/form-data; boundary=b" },
+                                  body = body })
+  assert(up.status == 200, up.body)
+  assert(assert(http.request{ url = tb .. "/files/download?path=" .. http.escape(sb.workdir .. "/r.txt"), headers = h }).body == blob)
+end
+local function pair(n, ours, raw)
+  for _ = 1, 3 do ours() raw() end
+  local a, b = {}, {}
+  for i = 1, n do
+    local t0 = C.now() ours() a[i] = (C.now() - t0) * 1e3
+    t0 = C.now() raw() b[i] = (C.now() - t0) * 1e3
+  end
+  return a, b
+end
+
+local ex, rex = pair(n_exec, function()
+  local r = sb:execute_command("true", {})
+  assert(r.exit_code == 0)
+end, raw_exec)
+line("exec true", ex)
+local rw, rrw = pair(n_rw, function()
+  sb:write_file("bench.txt", blob)
+  assert(sb:read_file("bench.txt") == blob)
+end, raw_rw)
+line("write+read 1KiB", rw)
+
 line("raw GET /sandbox/{id}", C.time(n_exec, 3, function()
   assert(assert(http.request{ url = url .. "/sandbox/" .. st.sid, headers = h }).status == 200)
 end))
@@ -47,22 +81,5 @@ line("raw POST process/execute true", C.time(n_exec, 3, function()
   assert(assert(http.request{ method = "POST", url = tb .. "/process/execute", headers = h,
                               body = json.encode{ command = "true" } }).status == 200)
 end))
--- The same exchange as sbxlua's exec: one session exec of the agent line
--- (so sbxlua's own cost is the difference)
-assert(http.request{ method = "POST", url = tb .. "/process/session", headers = h,
-                     body = json.encode{ sessionId = "bench-raw" } })
-local agent_line = "env -i 'PATH=/usr/local/bin:/usr/bin:/bin' '" .. st.agent .. "' run --cwd '" .. sb.workdir
-                   .. "' --timeout 600.000 -- 'true'"
-line("raw POST session exec (agent) true", C.time(n_exec, 3, function()
-  local r = assert(http.request{ method = "POST", url = tb .. "/process/session/bench-raw/exec", headers = h,
-                                 body = json.encode{ command = agent_line, runAsync = false } })
-  assert(r.status == 200, r.body)
-end))
-line("raw upload-v2 + download 1KiB", C.time(n_rw, 3, function()
-  local body = "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"r.txt\"\r\n\r\n" .. blob .. "\r\n--b--\r\n"
-  local up = assert(http.request{ method = "POST", url = tb .. "/files/upload-v2?path=" .. http.escape(sb.workdir .. "/r.txt"),
-                                  headers = { authorization = h.authorization, ["content-type"] = "multipart/form-data; boundary=b" },
-                                  body = body })
-  assert(up.status == 200, up.body)
-  assert(assert(http.request{ url = tb .. "/files/download?path=" .. http.escape(sb.workdir .. "/r.txt"), headers = h }).body == blob)
-end))
+line("raw POST session exec (agent) true", rex)
+line("raw upload-v2 + download 1KiB", rrw)

@@ -8,7 +8,9 @@
 #   bench/e2b.sh            N=50 by default; SDK=0 leaves the SDK out
 #
 # sbxlua's create is POST /sandboxes, one exec (mkdir of the working
-# directory) and DELETE; the raw and SDK creates are POST and DELETE only.
+# directory) and DELETE; the raw and SDK creates are POST and DELETE only
+# (a line under the table times the raw exchange of sbxlua's three calls).
+# The raw exchanges run interleaved with sbxlua's operations.
 set -euo pipefail
 BENCH=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$BENCH/.." && pwd)
@@ -24,6 +26,7 @@ pid=$!
 for _ in $(seq 100); do [ -s "$state/port" ] && break; sleep 0.1; done
 URL=http://127.0.0.1:$(cat "$state/port")
 export E2B_API_KEY=$KEY E2B_API_URL=$URL E2B_SANDBOX_URL=$URL
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 SBX_STATE_DIR=$state/sbxlua "$SBXLUA" bench/e2b_bench.lua "$URL" "$KEY" "$N" > "$state/rows"
 if [ "${SDK:-1}" = 1 ]; then
   if py=$(spec/support/pyvenv.sh e2b "e2b==2.63.0"); then
@@ -42,4 +45,7 @@ awk '
       printf "%-16s %10.3f %10.3f %10s %14.3f %12s\n", o, r, s, (d == "" ? "-" : sprintf("%.3f", d)), s - r,
              (d == "" ? "-" : sprintf("%.2fx", d / s))
     }
+    r3 = p50["raw3 create+destroy"]; s = p50["sbxlua create+destroy"]
+    if (r3 != "") printf "raw, sbxlua'"'"'s three create calls (POST, mkdir exec, DELETE): %.3f; sbxlua - that: %.3f\n", r3, s - r3
   }' "$state/rows"
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -17,7 +17,8 @@
 **   s:call(field, ...) -> true, result | nil, msg, code
 **       code: "syntax" | "error" | "budget" | "memory" | "value"
 **   s:memory() -> bytes;  s:close()
-**   script.builtin(name) -> source | nil;  script.builtins(prefix) -> {names}
+**   script.builtin(name) -> source | nil;  script.has_builtin(name) -> bool
+**   script.builtins(prefix) -> {names}
 **   script.stat(path) -> signature string | nil, msg
 **   script.patterns(steps) -> { find, match, gmatch, gsub } as scripts get them
 ** Pattern matching in a script (src/patmatch.c) counts its steps against the
@@ -531,6 +532,16 @@ static int script_builtin(lua_State *L) {
   return 0;
 }
 
+/* script.has_builtin(name) -> boolean: is there one (without copying it:
+** the loader asks on every lookup of a provider) */
+static int script_has_builtin(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  const embedded *e = sbx_embedded;
+  while (e->name && strcmp(e->name, name) != 0) e++;
+  lua_pushboolean(L, e->name != NULL);
+  return 1;
+}
+
 /* script.builtins(prefix) -> { names with that prefix } */
 static int script_builtins(lua_State *L) {
   size_t n;
@@ -592,7 +603,8 @@ static const luaL_Reg methods[] = {
 };
 
 static const luaL_Reg funcs[] = {
-  {"new", script_new}, {"builtin", script_builtin}, {"builtins", script_builtins},
+  {"new", script_new}, {"builtin", script_builtin},
+  {"has_builtin", script_has_builtin}, {"builtins", script_builtins},
   {"stat", script_stat}, {"patterns", script_patterns}, {NULL, NULL}
 };
 

@@ -276,13 +276,28 @@ end
 ---schema's defaults (only the defaults when the config names none).
 -- Sections given as a table (M.use{...}) get their schema's defaults on
 -- first use, as a file's do when it is read.
+-- A provider the config names no section for gets the defaults of its
+-- schema, made once per config and schema (every request of a cloud
+-- provider reads its settings; callers only read them).
 local defaulted = setmetatable({}, { __mode = "k" })
+local bare = setmetatable({}, { __mode = "k" })    -- config -> name -> { schema, p }
 function M.provider(name)
-  local p = M.get().providers[name]
+  local cfg = M.get()
+  local p = cfg.providers[name]
   if p and defaulted[p] then return p end
   local ok, schema = pcall(require("sbx.providers").schema, name)
-  p = with_defaults(p or {}, ok and schema or {})
-  if M.get().providers[name] == p then defaulted[p] = true end
+  schema = ok and schema or {}
+  if not p and name ~= nil then
+    local by = bare[cfg] or {}
+    bare[cfg] = by
+    local hit = by[name]
+    if hit and hit.schema == schema then return hit.p end
+    p = with_defaults({}, schema)
+    by[name] = { schema = schema, p = p }
+    return p
+  end
+  p = with_defaults(p or {}, schema)
+  if p == cfg.providers[name] then defaulted[p] = true end
   return p
 end
 

@@ -245,6 +245,10 @@ function M.known(dirs)
   return s
 end
 
+-- normalized schemas by the raw table they came from (read-only to every
+-- caller): config.provider and a provider's env() ask on every request
+local normalized = setmetatable({}, { __mode = "k" })
+
 ---The normalized config schema of `name` ({ key = { type, default, ... } }),
 ---nil when the name is unknown. A script that does not load gets the
 ---generic schema (it is reported unavailable, with why, elsewhere).
@@ -258,8 +262,10 @@ function M.schema(name, dirs)
     elseif M.known(dirs)[name] then raw = GENERIC
     else return nil end
   end
+  if normalized[raw] then return normalized[raw] end
   local out = {}
   for k, v in pairs(raw) do out[k] = assert(contract.schema_entry(k, v)) end
+  normalized[raw] = out
   return out
 end
 

@@ -54,7 +54,7 @@ function Loader:resolve(name, dirs)
     local p = d .. "/" .. name .. ".lua"
     if script.stat(p) then return p end
   end
-  if self.prefix and script.builtin(self.prefix .. name) then return "builtin:" .. name end
+  if self.prefix and script.has_builtin(self.prefix .. name) then return "builtin:" .. name end
   return nil, "unknown " .. self.kind .. " '" .. name .. "'"
 end
 

@@ -367,3 +367,22 @@ describe("sbxlua provider", function()
     assert.matches("python3 for execute_code", out, 1, true)
   end)
 end)
+
+describe("looking a built-in provider up (on every request of a cloud provider)", function()
+  it("neither copies the embedded source nor re-checks its schema each time", function()
+    local script = require "sbx.script"
+    assert.is_true(script.has_builtin("providers/e2b"))
+    assert.is_false(script.has_builtin("providers/no-such-provider"))
+    assert.equal(providers.schema("e2b"), providers.schema("e2b"))      -- normalized once
+    assert.equal(config.provider("e2b"), config.provider("e2b"))        -- defaulted once per config
+    assert.equal("/workspace", config.provider("e2b").workdir)
+    -- 200 lookups of e2b's settings, as its requests make them: a copy of
+    -- providers/e2b.lua (~25 KB) per lookup would be 5 MB
+    collectgarbage("stop")
+    local before = collectgarbage("count")
+    for _ = 1, 200 do config.provider("e2b") end
+    local kb = collectgarbage("count") - before
+    collectgarbage("restart")
+    assert.is_true(kb < 1024, string.format("200 lookups allocated %.0f KB", kb))
+  end)
+end)

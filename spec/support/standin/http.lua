@@ -281,9 +281,10 @@ function M.serve(o)
   local srv = setmetatable({ port = port, url = "http://" .. (o.host or "127.0.0.1") .. ":" .. port,
                              handler = o.handler, faults = {}, seen = {}, conns = {}, l = l }, Server)
   srv.task = loop.spawn(function()
-    while true do
-      local c = l:accept()
-      if not c then break end
+    while not srv.closed do
+      -- close() closes the listener under a waiting accept: that ends the loop
+      local ok, c = pcall(l.accept, l)
+      if not ok or not c then break end
       loop.spawn(serve_conn, srv, c)
     end
   end)

@@ -7,7 +7,7 @@ local sbx = require "sbx"
 local proc = require "sbx.proc"
 local loop = require "sbx.loop"
 local fs = require "sbx.fs"
-local bwrap = require "sbx.backends.bwrap"
+local bwrap = require "sbx.providers.builtin.bwrap"
 
 local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
 local ok, why = bwrap.available()
@@ -191,7 +191,7 @@ describe("bwrap secrets and failures", function()
     local script = os.tmpname()
     local f = io.open(script, "w")
     f:write([[
-local b = require "sbx.backends.bwrap"
+local b = require "sbx.providers.builtin.bwrap"
 local held = {}
 while true do local h = io.open("/dev/null") if not h then break end held[#held + 1] = h end
 local r1 = b.probe(true)

@@ -7,7 +7,7 @@ local suite = require "spec.conformance.suite"
 return function(name)
   local row = assert(rows[name], "no conformance row '" .. tostring(name) .. "' in spec/conformance/rows.lua")
   if row.gate and not S.gate(row.gate, "conformance: " .. (row.title or row.backend)) then return end
-  if row.mode then require("sbx.backends." .. row.backend).exec_mode = row.mode end
+  if row.mode then require("sbx.providers.builtin." .. row.backend).exec_mode = row.mode end
   local traits = row.traits or {}
   if row.setup then traits = row.setup(traits) end   -- e.g. a provider script on a temp path
   suite(row.backend, row.options or {}, require "busted", traits)

@@ -4,7 +4,7 @@
 local proc = require "sbx.proc"
 local fs = require "sbx.fs"
 local loop = require "sbx.loop"
-local wire = require "sbx.wire"
+local wire = require "sbx.daemon.wire"
 
 local dir = assert(fs.mkdtemp("/tmp", "sbxserve"))
 local AGENT = dir .. "/sbx-agent"

@@ -128,7 +128,7 @@ describe("spawner threads", function()
   end)
 
   it("join a cgroup v1 group before the program runs", function()
-    local how = require("sbx.limits").controllers().pids
+    local how = require("sbx.providers.builtin.limits").controllers().pids
     if not (how and how.v == 1) then pending("no cgroup v1 pids hierarchy here") return end
     local dir = how.dir .. "/spawner-spec-" .. proc.getpid()
     assert(cgroup.create(dir))

@@ -207,7 +207,7 @@ end
 -- ------------------------------------------------------------ gates
 
 ---image_present(name) -> whether the engine has the image.
-function S.image_present(name) return require("sbx.backends.docker").has_image(name) == true end
+function S.image_present(name) return require("sbx.providers.builtin.docker").has_image(name) == true end
 
 local REQUIRE = { docker = "SBX_REQUIRE_DOCKER", bwrap = "SBX_REQUIRE_BWRAP" }
 
@@ -218,7 +218,7 @@ local REQUIRE = { docker = "SBX_REQUIRE_DOCKER", bwrap = "SBX_REQUIRE_BWRAP" }
 ---unavailable one is an error, never a skip.
 function S.available(what, image)
   if what == "modal" then return require("spec.support.modal").available() end   -- its own rule (SBX_REQUIRE_MODAL)
-  local ok, why = require("sbx.backends." .. what).available()
+  local ok, why = require("sbx.providers.builtin." .. what).available()
   if ok and image and not S.image_present(image) then
     ok, why = false, "test image " .. image .. " is missing (images/test/build.sh)"
   end

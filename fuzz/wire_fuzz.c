@@ -35,8 +35,8 @@
 static const char harness[] =
   "local wire = require 'sbx.daemon.wire'\n"
   "-- payload formats, from docs/agent-protocol.md (Agent to host)\n"
-  "local DOC = { H = '>s4I4', P = '>I4', X = '>s4i4B', Z = '>i4s4', E = '>s4' }\n"
-  "local COUNT = { H = 2, P = 1, X = 3, Z = 2, E = 1 }\n"
+  "local DOC = { H = '>s4I4', P = '>I4', X = '>s4i4Bs4', Z = '>s4s4', E = '>s4' }\n"
+  "local COUNT = { H = 2, P = 1, X = 4, Z = 2, E = 1 }\n"
   "local function fail(fmt, ...) error(string.format(fmt, ...), 0) end\n"
   "local function oracle(data)\n"
   "  local frames, pos = {}, 1\n"

@@ -12,8 +12,10 @@ local M = {}
 -- Signal and errno names, and the result of a finished command: the
 -- process-handle base's (kept here for the scripts and callers that use them).
 M.SIGNAMES, M.STRERROR, M.ERRNO = handle.SIGNAMES, handle.STRERROR, handle.ERRNO
--- the errno of a file operation whose link broke (the link, not the file, failed)
-M.BROKEN = -2
+-- A file operation fails with the agent's errno name ("ENOENT", ...) or one
+-- of these two, which are not errnos: the agent refused the request (an E
+-- frame), or the link broke (the link, not the file, failed).
+M.REFUSED, M.BROKEN = "REFUSED", "BROKEN"
 
 local CHUNK = 1024 * 1024          -- stdin and file data go in frames of at most this
 local UNCAPPED = 1 << 62           -- streaming: the host caps what it keeps
@@ -163,7 +165,7 @@ function Op:_on(f)
     self.done = true
     self.link.waiting[self.id] = nil
   elseif f.kind == "E" then
-    self.errno, self.msg, self.done = -1, wire.fields("E", f.payload) or "bad answer", true
+    self.errno, self.msg, self.done = M.REFUSED, wire.fields("E", f.payload) or "bad answer", true
     self.link.waiting[self.id] = nil
   end
 end
@@ -172,8 +174,9 @@ function Op:_lost(why)
   self.errno, self.msg, self.done = M.BROKEN, "the agent's stream broke: " .. why, true
 end
 
--- Send a request and wait for its Z: data, or nil, errno, message
--- (errno -1: the agent refused the request; M.BROKEN: the link broke).
+-- Send a request and wait for its Z: data, or nil, errno name, message
+-- (M.REFUSED: the agent refused the request; M.BROKEN: the link broke; a Z
+-- that does not parse: EPROTO).
 function Link:_call(make, sink)
   local op = setmetatable({ link = self, data = {}, sink = sink }, Op)
   op.id = self:_id(op)
@@ -182,7 +185,8 @@ function Link:_call(make, sink)
   while not op.done and self:_pump() do end
   if not op.done then op:_lost(self.broken or "closed") end
   if op.sink_err then error(op.sink_err, 0) end
-  if op.errno ~= 0 then return nil, op.errno, op.msg end
+  if op.errno == nil then return nil, "EPROTO", "a bad answer from the agent" end
+  if op.errno ~= "" then return nil, op.errno, op.msg end
   return table.concat(op.data)
 end
 
@@ -295,8 +299,9 @@ function Handle:_on(f)
   elseif f.kind == "P" then
     self.pid = wire.fields("P", f.payload)
   elseif f.kind == "X" then
-    local kind, n, truncated = wire.fields("X", f.payload)
-    self.status = { kind = kind or "lost", n = n, why = not kind and "a bad exit record" or nil }
+    local kind, n, truncated, errno = wire.fields("X", f.payload)
+    self.status = { kind = kind or "lost", n = n, errno = errno ~= "" and errno or nil,
+                    why = not kind and "a bad exit record" or nil }
     if truncated == 1 then self.truncated = true end
     self:_end()
   elseif f.kind == "E" then

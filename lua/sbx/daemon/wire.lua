@@ -2,7 +2,7 @@
 --- encoding and decoding, no I/O.
 local M = {}
 
-M.VERSION = 2
+M.VERSION = 3
 M.MAX_FRAME = 16 * 1024 * 1024 + 5
 
 ---One frame: type letter, request id, payload.
@@ -41,7 +41,7 @@ function M.stat(id, path) return M.frame("s", id, string.pack(">s4", path)) end
 
 -- Payload readers for the agent's frames: the values, or nil when the
 -- payload does not parse (string.unpack raises on short input).
-local FORMATS = { H = ">s4I4", P = ">I4", X = ">s4i4B", Z = ">i4s4", E = ">s4" }
+local FORMATS = { H = ">s4I4", P = ">I4", X = ">s4i4Bs4", Z = ">s4s4", E = ">s4" }
 
 function M.fields(kind, payload)
   local fmt = FORMATS[kind]

@@ -32,7 +32,8 @@ M.ERRNO = setmetatable({}, { __index = function(_, n) return (errors.errno_name(
 
 ---The result table of a finished command from its supervisor's status
 ---st = { kind = "exit"|"signal"|"timeout"|"killed"|"noexec"|"nocwd"|..., n =,
----expired =, broken =, why = }, added to `fields` (stdout, stderr,
+---errno =, expired =, broken =, why = } (noexec and nocwd: the errno by name,
+---as sbx-agent serve reports it, or its number n here), added to `fields` (stdout, stderr,
 ---truncated, duration_ms); raises for a command that never started or
 ---whose status never came.
 function M.result(st, fields, argv0, cwd)
@@ -46,13 +47,14 @@ function M.result(st, fields, argv0, cwd)
     r.timed_out, r.signal = true, "SIGKILL"
   elseif st.kind == "killed" then
     r.signal = "SIGKILL"
-  elseif st.kind == "noexec" then
-    errors.raise("SandboxExecutionError", "spawn: " .. argv0 .. ": " .. (M.STRERROR[st.n] or ("errno " .. st.n)),
-                 { op = "exec", errno = M.ERRNO[st.n] })
-  elseif st.kind == "nocwd" then
-    errors.raise(M.ERRNO[st.n] == "ENOENT" and "FileNotFoundError" or "PathError",
-                 "cwd " .. tostring(cwd) .. ": " .. (M.STRERROR[st.n] or ("errno " .. st.n)),
-                 { op = "exec", errno = M.ERRNO[st.n] })
+  elseif st.kind == "noexec" or st.kind == "nocwd" then
+    local name = st.errno or M.ERRNO[st.n]
+    local text = st.errno and (errors.errno_text(st.errno) or st.errno) or M.STRERROR[st.n] or ("errno " .. tostring(st.n))
+    if st.kind == "noexec" then
+      errors.raise("SandboxExecutionError", "spawn: " .. argv0 .. ": " .. text, { op = "exec", errno = name })
+    end
+    errors.raise(name == "ENOENT" and "FileNotFoundError" or "PathError", "cwd " .. tostring(cwd) .. ": " .. text,
+                 { op = "exec", errno = name })
   elseif st.broken then     -- the link to the sandbox broke: retryable, as any lost connection
     errors.raise("SandboxConnectionError", "exec: the link to the sandbox's agent broke before the command's "
                  .. "status came" .. (st.why and (" (" .. st.why .. ")") or "") .. "; the sandbox may have stopped",

@@ -18,9 +18,12 @@ local fail, call, expect, api, q = common.fail, engine.call, engine.expect, engi
 
 local function abs(path, op) return paths.resolve(common.WORKDIR, path, op) end
 
--- The errno name of an agent's answer (nil for -1, a refused request, and
--- agentlink.BROKEN).
-local function name_of(errno) return agentlink.ERRNO[errno] end
+-- The errno name of an agent's answer (the agent sends names; nil for
+-- agentlink.REFUSED and agentlink.BROKEN, which are none).
+local function name_of(errno)
+  if errno == agentlink.REFUSED or errno == agentlink.BROKEN then return nil end
+  return errno
+end
 local NOT_A_PATH = { ENOTDIR = true, EISDIR = true, ENOTEMPTY = true, EEXIST = true }
 
 -- A failed agent file operation as the typed error of the facade.

@@ -7,6 +7,9 @@
 -- turns the connection into the byte stream of one `sbx-agent serve` Exec
 -- in the sandbox, so commands and files go through the agent protocol
 -- (its timeouts, tree kill, separate streams). docs/modal.md.
+--
+-- One file (~450 lines): a provider script cannot `require`, so the bridge
+-- client, the lifecycle and the files stay in this one file.
 
 local NAME = "modal"
 local BRIDGE = "sbx-modal-bridge"

@@ -3,6 +3,8 @@
 -- close, churn without leaks, creation failures, options, routing, and
 -- cleanup at exit / SIGINT. Local always; docker when an engine and the test
 -- image are there (SBX_REQUIRE_DOCKER=1 makes their absence a failure).
+-- Over 400 lines: the cases share the counting helpers below (owned_ids,
+-- count, p50).
 local sbx = require "sbx"
 local loop = require "sbx.loop"
 local owner = require "sbx.state.owner"

@@ -3,6 +3,7 @@
 -- paths resolved across its mounts, the workdir bind, rlimits, routing
 -- around what it cannot enforce, refusing a tampered root, gc after SIGKILL.
 -- Real bubblewrap; SBX_REQUIRE_BWRAP=1 makes its absence a failure.
+-- Over 400 lines: one describe per area listed above, sharing the helpers below.
 local sbx = require "sbx"
 local proc = require "sbx.proc"
 local loop = require "sbx.loop"

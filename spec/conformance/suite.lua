@@ -6,6 +6,7 @@
 -- e.g. with the provider path a script provider is found on):
 -- suite("local", {}, require "busted"). spec/conformance/script_spec.lua
 -- calls it directly for a throwaway provider script.
+-- Over 400 lines: the one suite every row runs, one describe per area.
 local sbx = require "sbx"
 local loop = require "sbx.loop"
 

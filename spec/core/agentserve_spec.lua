@@ -1,6 +1,7 @@
 -- `sbx-agent serve` (docs/agent-protocol.md), the embedded agent driven
--- through its stdin/stdout with sbx.wire's frames: commands, many at once,
+-- through its stdin/stdout with sbx.daemon.wire's frames: commands, many at once,
 -- their trees, file operations, and what a broken host does to it.
+-- Over 400 lines: every case drives the same agent helper (Agent below).
 local proc = require "sbx.proc"
 local fs = require "sbx.fs"
 local loop = require "sbx.loop"

@@ -1,4 +1,5 @@
 -- sbx.fs: the jailed file system (G8) and the host file primitives.
+-- Over 400 lines: one describe per area of sbx.fs, sharing the host helpers below.
 local fs = require "sbx.fs"
 local S = require "spec.support"
 

@@ -1,5 +1,6 @@
 -- sbx.tar: in-memory tar (G8 and the "Archives" catalogue of RELIABILITY.md).
 -- Archives come from GNU tar itself or from raw ustar headers built below.
+-- Over 400 lines: every case shares the raw-header builders below.
 local tar = require "sbx.tar"
 local fs = require "sbx.fs"
 

@@ -3,6 +3,8 @@
 -- and count what is left: tagged processes, sandbox directories, containers,
 -- cgroups, and snapshot images nobody heard back about. Used as a library by spec/reliability/g2_spec.lua and as a script
 -- by bench/g2.sh:  sbxlua spec/harness/sigkill.lua [N] [MAX_DELAY_S] [BATCH] [SIGINT_RUNS]
+-- Over 400 lines: one harness, the jobs it kills and the counts it takes
+-- after gc belong together.
 local proc = require "sbx.proc"
 local loop = require "sbx.loop"
 local fs = require "sbx.fs"

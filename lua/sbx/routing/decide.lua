@@ -1,6 +1,7 @@
 --- Routing's decision (DESIGN.md, "Routing"): the providers' static
 --- descriptors and availability, the hard filter every request passes, the
---- policy's plan, warm sources, and the same checks for a pinned backend.
+--- policy's plan (with what warm sources hold: routing/warm.lua), and the
+--- same checks for a pinned backend.
 --- router.lua walks the plan (the attempts) and re-exports what is public.
 local errors = require "sbx.core.errors"
 local check = require "sbx.core.check"
@@ -10,6 +11,7 @@ local meter = require "sbx.routing.meter"
 local policy = require "sbx.routing.policy"
 local config = require "sbx.core.config"
 local loop = require "sbx.loop"
+local warm = require "sbx.routing.warm"
 
 local M = {}
 
@@ -264,42 +266,6 @@ local function run_policy(pol, name, err, req, cands, stats, now)
   return plan, name, perr
 end
 
--- ------------------------------------------------------- warm sources
-
--- Where routing finds sandboxes made ahead of time (sbx.pool's open pools).
-local warm_sources = {}
-
----Let routing take warm sandboxes from `src`: src.count(opts) -> { [backend]
----= n } of sandboxes matching the request (nil or empty: none);
----src.take(backend, opts, peek) -> sb, how | nil (with `peek`: only how,
----nothing handed out).
-function M.add_warm_source(src)
-  assert(type(src) == "table" and type(src.count) == "function" and type(src.take) == "function",
-         "add_warm_source: expected { count = fn, take = fn }")
-  warm_sources[#warm_sources + 1] = src
-end
-
--- backend -> warm sandboxes matching `opts`, summed over the sources (nil
--- when there is no source).
-local function warm_count(opts)
-  if #warm_sources == 1 then return warm_sources[1].count(opts) or {} end
-  if #warm_sources == 0 then return nil end
-  local out = {}
-  for _, src in ipairs(warm_sources) do
-    for name, n in pairs(src.count(opts) or {}) do out[name] = (out[name] or 0) + n end
-  end
-  return out
-end
-
--- The first source's matching warm sandbox on `backend`: sb, how (peek: how).
-local function warm_take(backend, opts, peek)
-  for _, src in ipairs(warm_sources) do
-    local sb, how = src.take(backend, opts, peek)
-    if sb then return sb, how end
-  end
-  return nil
-end
-
 ---The full decision for a request: candidates, skip reasons, policy, plan.
 function M.decide(opts)
   config.get()
@@ -311,10 +277,10 @@ function M.decide(opts)
   if #cands == 0 then d.order = {} return d end
   -- A backend with warm sandboxes of a matching pool (sbx.pool) creates in
   -- ~0 ms: its candidate says so (warm = n, create latency 0) to the policy.
-  local warm = warm_count(opts)
-  if warm then
+  local held = warm.count(opts)
+  if held then
     for _, c in ipairs(cands) do
-      c.warm = warm[c.name]
+      c.warm = held[c.name]
       if c.warm then
         local s = {}
         for k, v in pairs(c.stats) do s[k] = v end
@@ -352,9 +318,9 @@ function M.route(opts)
     cands[i] = {}
     for k, v in pairs(c) do cands[i][k] = v end
   end
-  local warm = warm_take(d.order[1], opts, true)
+  local peeked = warm.take(d.order[1], opts, true)
   return { order = d.order, reasons = d.reasons, plan = d.plan, candidates = cands,
-           policy = d.policy, policy_error = d.policy_error, request = d.request, warm = warm }
+           policy = d.policy, policy_error = d.policy_error, request = d.request, warm = peeked }
 end
 
 ---Backend names to try, in order; raises NoRouteError when none is left.
@@ -410,7 +376,7 @@ function M.mark_unavailable(name, reason)
   avail[name] = { ok = false, reason = reason, t = loop.now() }
 end
 
-M.no_route, M.warm_take = no_route, warm_take
+M.no_route, M.warm_take, M.add_warm_source = no_route, warm.take, warm.add
 
 ---Forget the descriptors and availability answers (tests).
 function M.reset()

@@ -5,6 +5,9 @@
 --- `<state>/sessions/<id>.lock` for its whole life, so "is the owner alive?"
 --- is a question the kernel answers (no pid reuse races). Before any
 --- backend resource is created a journal line is appended and fsynced.
+--- One file (~410 lines): reading other sessions' journals back for gc uses
+--- owner's private helpers (the sessions directory, whether a journal's
+--- owner runs); a module of its own would need them exported or a cycle.
 local fs = require "sbx.fs"
 local proc = require "sbx.proc"
 local json = require "cjson.safe"

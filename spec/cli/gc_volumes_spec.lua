@@ -12,12 +12,7 @@ local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
 local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
 local HOST = require("sbx.state.owner").hostname()
 
-local function sh(cmd)
-  local f = io.popen(cmd)
-  local out = f:read("a")
-  f:close()
-  return out
-end
+local sh = require("spec.support").stdout
 
 local function api(method, path, body)
   return sh("curl -s -X " .. method .. " --unix-socket /var/run/docker.sock -H 'Content-Type: application/json' "

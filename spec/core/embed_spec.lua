@@ -51,12 +51,7 @@ describe("exit cleanup in a stock lua5.4", function()
   local fs = require "sbx.fs"
   local json = require "cjson"
   local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
-  local function sh(cmd)
-    local f = io.popen(cmd)
-    local out = f:read("a")
-    f:close()
-    return out
-  end
+  local sh = require("spec.support").stdout
   local function docker_ok()
     local ok, d = pcall(require, "sbx.providers.builtin.docker")
     return ok and d.available() and sh("docker image inspect " .. IMAGE .. " >/dev/null 2>&1 && echo y") == "y\n"

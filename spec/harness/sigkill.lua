@@ -88,12 +88,7 @@ end)
 phase("done")
 ]==]
 
-local function sh(cmd)
-  local f = io.popen(cmd)
-  local out = f:read("a")
-  f:close()
-  return out
-end
+local sh = require("spec.support").stdout
 
 function M.available()
   local av = { "local" }

@@ -74,6 +74,21 @@ function S.expect_fds(base, extra)
   assert.equal(want, n, "before:\n" .. base.list .. "after:\n" .. S.fd_list())
 end
 
+---fails(code, ok, msg, got) -> msg: a core module's `nil, msg, code`
+---failure with this code (or one of a list of codes).
+function S.fails(code, ok, msg, got)
+  assert.is_nil(ok, "expected a failure, got " .. tostring(ok))
+  assert.is_string(msg)
+  if type(code) == "table" then
+    local hit = false
+    for _, c in ipairs(code) do hit = hit or c == got end
+    assert.is_true(hit, "code " .. tostring(got) .. " (" .. msg .. ")")
+  else
+    assert.are.equal(code, got, msg)
+  end
+  return msg
+end
+
 -- ------------------------------------------------------------ host
 
 ---host(cmd) -> stdout and stderr of a shell command, its exit status.
@@ -82,6 +97,15 @@ function S.host(cmd)
   local out = f:read("a")
   local _, _, status = f:close()
   return out, status
+end
+
+---stdout(cmd) -> what a shell command wrote to stdout (stderr goes where
+---the spec's goes; the status is not looked at: see host for that).
+function S.stdout(cmd)
+  local f = io.popen(cmd)
+  local out = f:read("a")
+  f:close()
+  return out
 end
 
 ---shq(s) -> s quoted for sh.

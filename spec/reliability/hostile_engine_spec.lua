@@ -348,7 +348,7 @@ describe("a sandbox tree whose links escape only together", function()
     end)
   end
   it("paths.link_escapes: a '..' after a name may leave, a leading one is counted", function()
-    local paths = require "sbx.sandbox.paths"
+    local paths = require "sbx.core.paths"
     assert.is_true(paths.link_escapes("l", "x/.."))
     assert.is_true(paths.link_escapes("a/l", "y/../.."))
     assert.is_true(paths.link_escapes("a/l", "../.."))

@@ -53,7 +53,7 @@ Error.__index = Error
 Error.__tostring = function(e) return e.kind .. ": " .. e.message end
 M.Error = Error
 
-local names        -- "ENOENT" -> 2: every errno name of this system, its number here
+local names        -- "ENOENT" -> true: every errno name of this system
 
 ---The name and text of an errno number ("ENOENT", "No such file or
 ---directory"), or nil for a number that is none.
@@ -64,29 +64,16 @@ function M.errno_name(n)
   return require("sbx.fs").errname(n)
 end
 
-local function errno_names()
+---Is `name` an OS error name (ENOENT, EACCES, ...)?
+function M.is_errno(name)
   if not names then
     names = {}
     for n = 1, 300 do
       local nm = M.errno_name(n)
-      if nm and not names[nm] then names[nm] = n end
+      if nm then names[nm] = true end
     end
   end
-  return names
-end
-
----Is `name` an OS error name (ENOENT, EACCES, ...)?
-function M.is_errno(name)
-  return type(name) == "string" and errno_names()[name] ~= nil
-end
-
----The text of an errno name ("ENOENT" -> "No such file or directory"), or
----nil for a string that names none (the agent reports errnos by name).
----@param name string
----@return string|nil
-function M.errno_text(name)
-  local n = type(name) == "string" and errno_names()[name]
-  return n and (select(2, M.errno_name(n))) or nil
+  return type(name) == "string" and names[name] == true
 end
 
 local function bad_kind(kind)

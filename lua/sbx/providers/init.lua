@@ -33,11 +33,11 @@ local gen = 0
 local function join(a, b) return (a == "" or a == ".") and b or (a:gsub("/+$", "") .. "/" .. b) end
 local DEFAULTS = {}
 -- An upload's file entry holds its data, or a host root to read it from
--- (upload_dir's entries: lua/sbx/sandbox/transfer.lua).
+-- (upload_dir's entries: lua/sbx/core/transfer.lua).
 local function entry_data(e)
   if e.data then return e.data end
   local parts = {}
-  for _, chunk in require("sbx.sandbox.transfer").chunks(e) do parts[#parts + 1] = chunk end
+  for _, chunk in require("sbx.core.transfer").chunks(e) do parts[#parts + 1] = chunk end
   return table.concat(parts)
 end
 function DEFAULTS.put_tree(p)

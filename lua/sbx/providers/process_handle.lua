@@ -30,6 +30,19 @@ M.STRERROR = setmetatable({}, { __index = function(_, n) return (select(2, error
 -- errno numbers a supervisor reports -> their names ("ENOENT"), from the C library
 M.ERRNO = setmetatable({}, { __index = function(_, n) return (errors.errno_name(n)) end })
 
+local texts   -- "ENOENT" -> "No such file or directory", from this host's C library
+-- The text of an errno name (sbx-agent reports errnos by name), or nil.
+local function errno_text(name)
+  if not texts then
+    texts = {}
+    for n = 1, 300 do
+      local nm, text = errors.errno_name(n)
+      if nm and not texts[nm] then texts[nm] = text end
+    end
+  end
+  return texts[name]
+end
+
 ---The result table of a finished command from its supervisor's status
 ---st = { kind = "exit"|"signal"|"timeout"|"killed"|"noexec"|"nocwd"|..., n =,
 ---errno =, expired =, broken =, why = } (noexec and nocwd: the errno by name,
@@ -49,7 +62,7 @@ function M.result(st, fields, argv0, cwd)
     r.signal = "SIGKILL"
   elseif st.kind == "noexec" or st.kind == "nocwd" then
     local name = st.errno or M.ERRNO[st.n]
-    local text = st.errno and (errors.errno_text(st.errno) or st.errno) or M.STRERROR[st.n] or ("errno " .. tostring(st.n))
+    local text = st.errno and (errno_text(st.errno) or st.errno) or M.STRERROR[st.n] or ("errno " .. tostring(st.n))
     if st.kind == "noexec" then
       errors.raise("SandboxExecutionError", "spawn: " .. argv0 .. ": " .. text, { op = "exec", errno = name })
     end

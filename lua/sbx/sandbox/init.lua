@@ -185,7 +185,7 @@ end
 function Sandbox:list_files(path)
   path = path_arg("list_files", path or ".")
   local list = self._p.list_files(live(self, "list_files"), path)
-  local dir = require("sbx.sandbox.paths").resolve(file_base(self), path, "list_files")
+  local dir = require("sbx.core.paths").resolve(file_base(self), path, "list_files")
   local prefix = dir == "/" and "/" or dir .. "/"
   for _, e in ipairs(list) do e.path = prefix .. e.name end
   return list
@@ -194,7 +194,7 @@ end
 ---The path a command in the sandbox sees for file-API path `path`: the same
 ---on backends with a filesystem of their own; on local, the host path.
 function Sandbox:_command_path(path)
-  local abs = require("sbx.sandbox.paths").resolve(file_base(self), path, "path")
+  local abs = require("sbx.core.paths").resolve(file_base(self), path, "path")
   if self._p.rooted_at_workdir then return abs == "/" and self.workdir or self.workdir .. abs end
   return abs
 end
@@ -242,7 +242,7 @@ function Sandbox:upload_dir(local_dir, sandbox_dir)
   check.string(local_dir, "upload_dir", "local_dir")
   path_arg("upload_dir", sandbox_dir)
   local h = live(self, "upload_dir")
-  local transfer = require "sbx.sandbox.transfer"
+  local transfer = require "sbx.core.transfer"
   local entries, skipped, src = transfer.read_host_tree(local_dir)
   local ok, err = pcall(self._p.put_tree, h, sandbox_dir, entries)
   src:close()
@@ -259,7 +259,7 @@ function Sandbox:download_dir(sandbox_dir, local_dir)
   check.string(local_dir, "download_dir", "local_dir")
   local h = live(self, "download_dir")
   local entries, rejected, stream = self._p.get_tree(h, sandbox_dir)
-  local ok, skipped = pcall(require("sbx.sandbox.transfer").write_host_tree, local_dir, entries, rejected, stream)
+  local ok, skipped = pcall(require("sbx.core.transfer").write_host_tree, local_dir, entries, rejected, stream)
   if stream and stream.close then stream.close() end
   if not ok then error(skipped, 0) end
   local files = 0

@@ -199,7 +199,7 @@ function M.put_tree(h, dir, entries)
   for _, e in ipairs(entries) do
     local p = join(dir, e.path)
     if e.type == "dir" then call(h, "upload_dir", "mkdir", p)
-    elseif e.type == "file" then require("sbx.sandbox.transfer").copy_in(e, h.root, p) end
+    elseif e.type == "file" then require("sbx.core.transfer").copy_in(e, h.root, p) end
   end
 end
 
@@ -221,7 +221,7 @@ function M.get_tree(h, dir)
       elseif it.type == "link" then
         -- never followed; one that points out of the directory is hostile
         local target = fs.readlink(h.dir .. "/" .. full:gsub("^/+", "")) or "/"
-        if require("sbx.sandbox.paths").link_escapes(r, target) then rejected[#rejected + 1] = { path = r, reason = "symlink out of the directory" }
+        if require("sbx.core.paths").link_escapes(r, target) then rejected[#rejected + 1] = { path = r, reason = "symlink out of the directory" }
         else entries[#entries + 1] = { path = r, type = "symlink" } end
       else
         entries[#entries + 1] = { path = r, type = it.type }

@@ -5,7 +5,7 @@
 local fs = require "sbx.fs"
 local native = require "sbx.bwrap"
 local errors = require "sbx.core.errors"
-local paths = require "sbx.sandbox.paths"
+local paths = require "sbx.core.paths"
 local common = require "sbx.providers.builtin.bwrap.common"
 local layout = require "sbx.providers.builtin.bwrap.layout"
 local holder = require "sbx.providers.builtin.bwrap.holder"
@@ -217,7 +217,7 @@ function M.put_tree(h, dir, entries)
     if e.type == "dir" then M.mkdir(h, p)
     elseif e.type == "file" then   -- root to root through a small buffer
       local t = writable(h, p, "upload_dir", true)
-      require("sbx.sandbox.transfer").copy_in(e, root_of(h, t.dir), t.rel)
+      require("sbx.core.transfer").copy_in(e, root_of(h, t.dir), t.rel)
     end
   end
 end
@@ -252,7 +252,7 @@ function M.get_tree(h, dir)
         entries[#entries + 1] = e
       elseif it.type == "link" then
         local target = st.target or "/"
-        if require("sbx.sandbox.paths").link_escapes(r, target) then rejected[#rejected + 1] = { path = r, reason = "symlink out of the directory" }
+        if require("sbx.core.paths").link_escapes(r, target) then rejected[#rejected + 1] = { path = r, reason = "symlink out of the directory" }
         else entries[#entries + 1] = { path = r, type = "symlink" } end
       else
         entries[#entries + 1] = { path = r, type = it.type }

@@ -4,7 +4,7 @@
 --- mkdir, kill) the file operations use without the link.
 local demux = require "sbx.demux"
 local loop = require "sbx.loop"
-local paths = require "sbx.sandbox.paths"
+local paths = require "sbx.core.paths"
 local hex = require("sbx.proc").random_hex
 local common = require "sbx.providers.builtin.docker.common"
 local engine = require "sbx.providers.builtin.docker.engine"

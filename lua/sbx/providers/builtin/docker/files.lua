@@ -5,7 +5,7 @@
 local tar = require "sbx.tar"
 local fs = require "sbx.fs"
 local owner = require "sbx.state.owner"
-local paths = require "sbx.sandbox.paths"
+local paths = require "sbx.core.paths"
 local agentlink = require "sbx.daemon.link"
 local hex = require("sbx.proc").random_hex
 local common = require "sbx.providers.builtin.docker.common"
@@ -200,7 +200,7 @@ end
 ---Write a tree of host entries (transfer.read_host_tree) under dir: through
 ---the agent link a chunk at a time; without it, one archive upload.
 function M.put_tree(h, dir, entries)
-  local transfer = require "sbx.sandbox.transfer"
+  local transfer = require "sbx.core.transfer"
   local p = abs(dir, "upload_dir")
   M.mkdir(h, p)
   local link = link_of(h)

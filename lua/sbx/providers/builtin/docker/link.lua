@@ -4,7 +4,7 @@
 local demux = require "sbx.demux"
 local loop = require "sbx.loop"
 local errors = require "sbx.core.errors"
-local paths = require "sbx.sandbox.paths"
+local paths = require "sbx.core.paths"
 local agentlink = require "sbx.daemon.link"
 local common = require "sbx.providers.builtin.docker.common"
 local engine = require "sbx.providers.builtin.docker.engine"

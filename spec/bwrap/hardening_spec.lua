@@ -24,11 +24,7 @@ local function host(cmd)
   return out
 end
 
-local function kind_of(fn)
-  local okk, err = pcall(fn)
-  assert.is_false(okk, "expected an error")
-  return type(err) == "table" and err.kind or tostring(err), err
-end
+local kind_of = require("spec.support").kind_of
 
 -- a listener of the spec's own on the host: 127.0.0.1 TCP and an abstract unix socket
 local function host_listener(name)

@@ -24,7 +24,7 @@ local function popen(cmd)
   return out
 end
 
-local function fd_count() return select(2, popen("ls /proc/" .. proc.getpid() .. "/fd"):gsub("\n", "")) end
+local fd_count = require("spec.support").fd_count
 
 local function alive(token)   -- "[x]..." keeps pgrep's own shell from matching
   return popen("pgrep -f '[" .. token:sub(1, 1) .. "]" .. token:sub(2) .. "'") ~= ""

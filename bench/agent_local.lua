@@ -7,7 +7,7 @@
 -- same code bwrap uses), `true` with an exact argv.
 -- Prints: ok <bool> wall_ms <ms> vmhwm_kb <kB> cmds <n>
 local proc = require "sbx.proc"
-local agentlink = require "sbx.agentlink"
+local agentlink = require "sbx.daemon.link"
 local agent = assert(arg[1], "usage: agent_local.lua AGENT [SANDBOXES] [CMDS]")
 local nsb, ncmd = tonumber(arg[2]) or 200, tonumber(arg[3]) or 10
 local ENV = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp" }

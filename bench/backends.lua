@@ -10,8 +10,8 @@
 -- default sbxlua-test:bookworm). A backend that is not available is
 -- reported as such. Times are ms, p50 over all rounds.
 local B = dofile((arg[0]:match("^(.*)/") or ".") .. "/common.lua")
-local bwrap = require "sbx.backends.bwrap"
-local docker = require "sbx.backends.docker"
+local bwrap = require "sbx.providers.builtin.bwrap"
+local docker = require "sbx.providers.builtin.docker"
 
 local QUICK = os.getenv("QUICK") == "1"
 local ROUNDS = tonumber(arg[1]) or (QUICK and 2 or 5)

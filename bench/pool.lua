@@ -34,7 +34,7 @@ end
 
 print(string.format("warm pool (size 4) acquire vs create, n = %d each (%s)", N, _VERSION))
 bench("local", {})
-local docker = require "sbx.backends.docker"
+local docker = require "sbx.providers.builtin.docker"
 local ok, why = docker.available()
 if ok then
   local f = io.popen("docker image inspect " .. IMAGE .. " >/dev/null 2>&1 && echo y")

@@ -2,8 +2,8 @@
 -- (fakes registered like a spec's, with live stats), p50/p99 over many runs.
 --   build/sbxlua bench/routing.lua [iterations]
 local providers = require "sbx.providers"
-local health = require "sbx.health"
-local router = require "sbx.router"
+local health = require "sbx.routing.health"
+local router = require "sbx.routing"
 local loop = require "sbx.loop"
 
 local N = tonumber(arg and arg[1]) or 5000

@@ -1,7 +1,7 @@
 # Turns Lua files into C arrays so the binary carries them:
-#   lua/**/*.lua      as modules ("sbx.errors" from lua/sbx/errors.lua):
+#   lua/**/*.lua      as modules ("sbx.core.errors" from lua/sbx/core/errors.lua):
 #                     bytecode when LUADUMP is given (with debug info, chunk
-#                     "@lua/sbx/errors.lua": loads ~7x faster than source)
+#                     "@lua/sbx/core/errors.lua": loads ~7x faster than source)
 #   policies/*.lua    as "policies/<name>" (source text for capped states)
 #   presets/*.lua     as "presets/<name>"  (likewise)
 #   providers/*.lua   as "providers/<name>" (source text for the restricted

@@ -1,7 +1,7 @@
 /*
 ** libFuzzer target for JSON from the Docker engine: lua-cjson's decoder
 ** (the Debian lua-cjson that sbxlua loads as cjson.safe) and the docker
-** backend's code that reads engine answers (lua/sbx/backends/docker/:
+** backend's code that reads engine answers (lua/sbx/providers/builtin/docker/:
 ** message_of, create's Id, list_owned's list, inspect's State, exec Ids).
 **
 ** The input is the engine's side of a conversation: byte 0 picks a backend
@@ -89,7 +89,7 @@ static const char harness[] =
   "pre['sbx.loop'] = function() return stub('sbx.loop', { sleep = function() end, now = function() return 0 end,\n"
   "  spawn = function() return { cancel = function() end } end,\n"
   "  event = function() return { wait = function() end, notify = function() end } end }) end\n"
-  "pre['sbx.owner'] = function() return stub('sbx.owner', { hostname = function() return 'fuzzhost' end,\n"
+  "pre['sbx.state.owner'] = function() return stub('sbx.state.owner', { hostname = function() return 'fuzzhost' end,\n"
   "  session_id = function() return 'fuzzsession' end, lock_path = function() return '/nonexistent' end }) end\n"
   "pre['sbx.proc'] = function() return stub('sbx.proc', { random_hex = function(n) return string.rep('a', 2 * n) end }) end\n"
   "pre['sbx.agentbin'] = function() return 'AGENT' end\n"
@@ -97,22 +97,22 @@ static const char harness[] =
   "package.cpath = ''\n"
   "-- a module docker/*.lua may start to need: inert rather than a load failure\n"
   "table.insert(package.searchers, function(name) return function() return inert(name) end end)\n"
-  "local errors = require 'sbx.errors'\n"
+  "local errors = require 'sbx.core.errors'\n"
   "local json = require 'cjson.safe'\n"
   "-- the docker provider's facade and parts, compiled once and run afresh\n"
   "-- for every input (no state kept)\n"
   "local chunks = {}\n"
-  "local ls = assert(io.popen('ls ' .. DIR .. '/sbx/backends/docker'))\n"
+  "local ls = assert(io.popen('ls ' .. DIR .. '/sbx/providers/builtin/docker'))\n"
   "for f in ls:lines() do\n"
   "  local part = f:match('^([%w_]+)%.lua$')\n"
-  "  local name = part == 'init' and 'sbx.backends.docker' or 'sbx.backends.docker.' .. tostring(part)\n"
-  "  if part then chunks[name] = assert(loadfile(DIR .. '/sbx/backends/docker/' .. f)) end\n"
+  "  local name = part == 'init' and 'sbx.providers.builtin.docker' or 'sbx.providers.builtin.docker.' .. tostring(part)\n"
+  "  if part then chunks[name] = assert(loadfile(DIR .. '/sbx/providers/builtin/docker/' .. f)) end\n"
   "end\n"
   "ls:close()\n"
   "for name, c in pairs(chunks) do pre[name] = function(...) return c(...) end end\n"
   "local function chunk()\n"
   "  for name in pairs(chunks) do package.loaded[name] = nil end\n"
-  "  return require 'sbx.backends.docker'\n"
+  "  return require 'sbx.providers.builtin.docker'\n"
   "end\n"
   "local function fail(fmt, ...) error(string.format(fmt, ...), 0) end\n"
   "local function deep(a, b, depth)\n"

@@ -1,5 +1,5 @@
 /*
-** libFuzzer target for sbx.paths (lua/sbx/paths.lua): resolve() turns a
+** libFuzzer target for sbx.paths (lua/sbx/core/paths.lua): resolve() turns a
 ** sandbox path into an absolute one for the container backends, and
 ** link_escapes() judges the symlinks of a downloaded tree. The kernel is
 ** the oracle: openat2() on a fixture tree made once per process.
@@ -168,14 +168,14 @@ static int is_kind(const char *kind) {
 static void init_lua(void) {
   L = luacov_newstate(SBX_LUA_DIR);
   lua_getglobal(L, "require");
-  lua_pushliteral(L, "sbx.paths");
+  lua_pushliteral(L, "sbx.core.paths");
   if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
     fprintf(stderr, "paths_fuzz: %s (SBX_LUA_DIR=%s)\n", lua_tostring(L, -1), SBX_LUA_DIR);
     die();
   }
   lua_setglobal(L, "paths");
   lua_getglobal(L, "require");
-  lua_pushliteral(L, "sbx.errors");
+  lua_pushliteral(L, "sbx.core.errors");
   lua_call(L, 1, 1);
   lua_setglobal(L, "errors");
   /* the fixture's own links must be ones link_escapes() accepts */

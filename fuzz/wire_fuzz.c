@@ -1,5 +1,5 @@
 /*
-** libFuzzer target for sbx.wire (lua/sbx/wire.lua), the host's decoder of
+** libFuzzer target for sbx.wire (lua/sbx/daemon/wire.lua), the host's decoder of
 ** sbx-agent frames (docs/agent-protocol.md): the bytes come from inside a
 ** sandbox. The input is fed to wire.decoder() whole and again in chunks
 ** whose sizes come from the input (empty chunks included), then once more
@@ -33,10 +33,10 @@
 #endif
 
 static const char harness[] =
-  "local wire = require 'sbx.wire'\n"
+  "local wire = require 'sbx.daemon.wire'\n"
   "-- payload formats, from docs/agent-protocol.md (Agent to host)\n"
-  "local DOC = { H = '>s4I4', P = '>I4', X = '>s4i4B', Z = '>i4s4', E = '>s4' }\n"
-  "local COUNT = { H = 2, P = 1, X = 3, Z = 2, E = 1 }\n"
+  "local DOC = { H = '>s4I4', P = '>I4', X = '>s4i4Bs4', Z = '>s4s4', E = '>s4' }\n"
+  "local COUNT = { H = 2, P = 1, X = 4, Z = 2, E = 1 }\n"
   "local function fail(fmt, ...) error(string.format(fmt, ...), 0) end\n"
   "local function oracle(data)\n"
   "  local frames, pos = {}, 1\n"

@@ -7,6 +7,9 @@
 -- turns the connection into the byte stream of one `sbx-agent serve` Exec
 -- in the sandbox, so commands and files go through the agent protocol
 -- (its timeouts, tree kill, separate streams). docs/modal.md.
+--
+-- One file (~450 lines): a provider script cannot `require`, so the bridge
+-- client, the lifecycle and the files stay in this one file.
 
 local NAME = "modal"
 local BRIDGE = "sbx-modal-bridge"
@@ -135,16 +138,17 @@ end
 
 -- ------------------------------------------------------------------ files
 
-local ERRNO = { [2] = "ENOENT", [13] = "EACCES", [17] = "EEXIST", [20] = "ENOTDIR", [21] = "EISDIR",
-                [27] = "EFBIG", [39] = "ENOTEMPTY" }
-local BROKEN = -2   -- agentlink: the link broke, not the file operation
+-- The agent link's file operations fail with the agent's errno name, or
+-- "REFUSED" (the agent refused the request) or "BROKEN" (the link broke,
+-- not the file operation): docs/agent-protocol.md.
+local NOT_A_PATH = { ENOTDIR = true, EISDIR = true, ENOTEMPTY = true, EEXIST = true }
 
 local function file_error(op, p, errno, msg)
-  local code = ERRNO[errno]
-  if errno == BROKEN then fail("SandboxConnectionError", op .. ": " .. tostring(msg), { op = op }) end
-  if errno == 2 then fail("FileNotFoundError", op .. ": " .. p .. ": No such file or directory", { op = op, errno = code }) end
-  if errno == 27 then fail("SandboxExecutionError", op .. ": " .. tostring(msg), { op = op, code = "ETOOBIG" }) end
-  if errno == 20 or errno == 21 or errno == 39 or errno == 17 then
+  local code = errno ~= "REFUSED" and errno ~= "BROKEN" and errno or nil
+  if errno == "BROKEN" then fail("SandboxConnectionError", op .. ": " .. tostring(msg), { op = op }) end
+  if code == "ENOENT" then fail("FileNotFoundError", op .. ": " .. p .. ": No such file or directory", { op = op, errno = code }) end
+  if code == "EFBIG" then fail("SandboxExecutionError", op .. ": " .. tostring(msg), { op = op, code = "ETOOBIG" }) end
+  if NOT_A_PATH[code] then
     fail("PathError", op .. ": " .. tostring(msg), { op = op, code = code })
   end
   fail("SandboxExecutionError", op .. ": " .. tostring(msg), { op = op, code = code })
@@ -267,7 +271,7 @@ function P.read_file(h, path, max)
   local p = abs(path, "read_file")
   max = max or 256 * 1024 * 1024
   local data, errno, msg = link_of(h):read_file(p, max)
-  if not data and errno == 27 then
+  if not data and errno == "EFBIG" then
     fail("SandboxExecutionError", "read_file: " .. p .. " is larger than the cap of " .. tostring(max) .. " bytes",
          { op = "read_file", code = "ETOOBIG" })
   end
@@ -281,7 +285,7 @@ function P.write_file(h, path, data, mode)
   local link = link_of(h)
   mode = mode or tonumber("644", 8)
   local ok, errno, msg = link:write_file(p, data, mode)
-  if not ok and errno == 2 then     -- parents are made
+  if not ok and errno == "ENOENT" then     -- parents are made
     local dok, derr, dmsg = link:mkdir(p:match("^(.*)/[^/]*$"))
     if not dok then file_error("write_file", p, derr, dmsg) end
     ok, errno, msg = link:write_file(p, data, mode)
@@ -319,7 +323,7 @@ function P.remove(h, path, recursive)
   local p = abs(path, "remove")
   if p == "/" then fail("PathError", "remove: refusing to remove /", { op = "remove" }) end
   local ok, errno, msg = link_of(h):remove(p, recursive)
-  if not ok and errno == 39 then fail("PathError", "remove: " .. p .. ": directory not empty", { op = "remove" }) end
+  if not ok and errno == "ENOTEMPTY" then fail("PathError", "remove: " .. p .. ": directory not empty", { op = "remove" }) end
   if not ok then file_error("remove", p, errno, msg) end
 end
 

@@ -1,5 +1,5 @@
 /*
-** sbx.bwrap: the C primitives of the bwrap backend (lua/sbx/backends/
+** sbx.bwrap: the C primitives of the bwrap backend (lua/sbx/providers/builtin/
 ** bwrap.lua): its seccomp program, and a look at one path beneath a host
 ** directory that never follows a symlink, which the backend's resolver
 ** uses to walk sandbox paths across the sandbox's mounts.

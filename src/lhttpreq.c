@@ -1,6 +1,6 @@
 /*
 ** sbx.httpreq: the request head of HTTP/1.x, parsed from untrusted bytes
-** for the dashboard's small server (lua/sbx/dashboard.lua). Bounded: the
+** for the dashboard's small server (lua/sbx/cli/dashboard/init.lua). Bounded: the
 ** head may not exceed a size limit, the target 2048 bytes, 64 header
 ** lines. No bodies, no chunked encoding, no obsolete line folding: the
 ** caller answers what does not parse with 400.

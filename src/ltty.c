@@ -1,6 +1,6 @@
 /*
 ** sbx.tty: is a file descriptor a terminal, and how wide is it. For the
-** live progress line (lua/sbx/progress.lua), which is drawn only on a
+** live progress line (lua/sbx/core/progress.lua), which is drawn only on a
 ** terminal and must not wrap.
 */
 #include <errno.h>

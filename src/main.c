@@ -1,6 +1,6 @@
 /*
 ** sbxlua: a Lua 5.4 interpreter with the sbx library built in. All
-** command-line handling lives in lua/sbx/cli.lua; this only prepares the
+** command-line handling lives in lua/sbx/cli/init.lua; this only prepares the
 ** process and the state.
 */
 #include <fcntl.h>

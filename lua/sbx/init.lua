@@ -1,14 +1,14 @@
 --- sbx: one API over many sandbox backends (see API.md).
 local loop = require "sbx.loop"
-local errors = require "sbx.errors"
-local check = require "sbx.check"
-local owner = require "sbx.owner"
+local errors = require "sbx.core.errors"
+local check = require "sbx.core.check"
+local owner = require "sbx.state.owner"
 local providers = require "sbx.providers"
 local sandbox = require "sbx.sandbox"
-local create = require "sbx.create"
-local tasks = require "sbx.tasks"
-local router = require "sbx.router"
-local presets = require "sbx.presets"
+local create = require "sbx.sandbox.create"
+local tasks = require "sbx.sandbox.tasks"
+local router = require "sbx.routing"
+local presets = require "sbx.sandbox.presets"
 local pool = require "sbx.pool"   -- also lets routing take warm sandboxes from open pools
 
 loop.set_error_factory(errors.new)
@@ -44,14 +44,14 @@ function sbx.route(request)
 end
 
 ---Spend from the ledger, grouped: sbx.usage{ by = "provider"|"label"|"job", since = "24h" }
-function sbx.usage(o) return require("sbx.meter").usage(o) end
+function sbx.usage(o) return require("sbx.routing.meter").usage(o) end
 
 ---Cap this job's spend in dollars (nil or false: no cap); returns what is
 ---left. sbx.budget() only returns what is left.
-function sbx.budget(...) return require("sbx.meter").budget(...) end
+function sbx.budget(...) return require("sbx.routing.meter").budget(...) end
 
 ---Use a config file (nil: the lookup order of API.md); returns the effective config.
-function sbx.config(path) return require("sbx.config").use(path) end
+function sbx.config(path) return require("sbx.core.config").use(path) end
 
 ---Reattach to a sandbox from its session_state() (not owned: see create.resume).
 sbx.resume = create.resume
@@ -86,7 +86,7 @@ function sbx.pool(opts)
   return pool.new(opts, { sandbox = sbx.sandbox, options = create.OPTIONS, validate = create.validate })
 end
 
-sbx.agent = require "sbx.agent"
+sbx.agent = require "sbx.agents"
 
 ---sbx.register_preset{ name =, description =, image =, setup_commands =, ... }
 function sbx.register_preset(p) return presets.register(p) end

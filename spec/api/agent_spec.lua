@@ -2,11 +2,11 @@
 -- newlines, 300 KB), external runners with granted capabilities only,
 -- patch apply and reject.
 local sbx = require "sbx"
-local docker = require "sbx.backends.docker"
+local docker = require "sbx.providers.builtin.docker"
 local S = require "spec.support"
 
 local BACKENDS = { { "local", {} } }
-if require("sbx.backends.bwrap").available() then BACKENDS[#BACKENDS + 1] = { "bwrap", {} } end
+if require("sbx.providers.builtin.bwrap").available() then BACKENDS[#BACKENDS + 1] = { "bwrap", {} } end
 if docker.available() then
   BACKENDS[#BACKENDS + 1] = { "docker", { image = S.IMAGE } }
 end

@@ -8,7 +8,7 @@ local sbx = require "sbx"
 local loop = require "sbx.loop"
 local proc = require "sbx.proc"
 local http = require "sbx.http"
-local health = require "sbx.health"
+local health = require "sbx.routing.health"
 
 local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
 
@@ -61,7 +61,7 @@ local CHILD = [[
     end
     return sb:execute_command("sleep", { tag })
   end)
-  print(ok, tostring(err):match("boom") or tostring(err), loop.now() - t0, #require("sbx.owner").owned())
+  print(ok, tostring(err):match("boom") or tostring(err), loop.now() - t0, #require("sbx.state.owner").owned())
 ]]
 
 local function parallel_stops(backend, wait_running)
@@ -84,7 +84,7 @@ local function parallel_stops(backend, wait_running)
   assert.equal(0, pids_of("sleep " .. tag), "a sleep survived")
 end
 
-local bwrap_ok, bwrap_why = require("sbx.backends.bwrap").available()
+local bwrap_ok, bwrap_why = require("sbx.providers.builtin.bwrap").available()
 describe("sbx.parallel over bwrap", function()
   if not bwrap_ok then pending("bwrap unavailable: " .. tostring(bwrap_why)) return end
   it("an item that raises at once stops the others' commands", function()
@@ -95,7 +95,7 @@ describe("sbx.parallel over bwrap", function()
   end)
 end)
 
-local docker = require "sbx.backends.docker"
+local docker = require "sbx.providers.builtin.docker"
 local docker_ok, docker_why = docker.available()
 describe("docker", function()
   if not docker_ok then pending("docker unavailable: " .. tostring(docker_why)) return end
@@ -167,8 +167,8 @@ describe("docker", function()
       t = loop.spawn(function() return sbx.sandbox("docker", { image = arg[1] }) end)
       local ok, err = t:join()
       if ok then err:destroy() end
-      local b = require("sbx.health").breaker("docker")
-      print(hit, ok, ok or err.kind, b and b.failures or 0, require("sbx.health").snapshot("docker").samples)
+      local b = require("sbx.routing.health").breaker("docker")
+      print(hit, ok, ok or err.kind, b and b.failures or 0, require("sbx.routing.health").snapshot("docker").samples)
     ]])
     f:close()
     local p = io.popen((os.getenv("SBX_BIN") or "build/sbxlua") .. " " .. script .. " " .. IMAGE .. " 2>&1")

@@ -1,9 +1,9 @@
 -- Errors (API.md "Errors"): every field, the hierarchy, sbx.errors.raise
 -- for user code, errno names, and the kinds real failures raise.
 local sbx = require "sbx"
-local errors = require "sbx.errors"
-local router = require "sbx.router"
-local health = require "sbx.health"
+local errors = require "sbx.core.errors"
+local router = require "sbx.routing"
+local health = require "sbx.routing.health"
 local fs = require "sbx.fs"
 local S = require "spec.support"
 
@@ -100,7 +100,7 @@ describe("errors", function()
     assert.equal("ESCAPE", own.context.reason)
     assert.equal("invalid_path", own.code)
     -- the agent link's table of names covers every errno, not a handful
-    local agentlink = require "sbx.agentlink"
+    local agentlink = require "sbx.daemon.link"
     assert.equal("ENOEXEC", agentlink.ERRNO[8])
     assert.equal("ETXTBSY", agentlink.ERRNO[26])
     assert.equal("Exec format error", agentlink.STRERROR[8])

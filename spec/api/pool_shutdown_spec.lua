@@ -3,7 +3,7 @@
 -- once; the maintainer stops refilling. Runs in a child sbxlua: shutting
 -- down cannot be undone in this process.
 local CHILD = [[
-  local owner = require "sbx.owner"
+  local owner = require "sbx.state.owner"
   local pool = sbx.pool{ backend = "local", size = 1 }
   assert(pool:wait_ready(60), "the pool never filled")
   owner.shut_down()

@@ -3,9 +3,11 @@
 -- close, churn without leaks, creation failures, options, routing, and
 -- cleanup at exit / SIGINT. Local always; docker when an engine and the test
 -- image are there (SBX_REQUIRE_DOCKER=1 makes their absence a failure).
+-- Over 400 lines: the cases share the counting helpers below (owned_ids,
+-- count, p50).
 local sbx = require "sbx"
 local loop = require "sbx.loop"
-local owner = require "sbx.owner"
+local owner = require "sbx.state.owner"
 local fs = require "sbx.fs"
 local proc = require "sbx.proc"
 local json = require "cjson"
@@ -476,7 +478,7 @@ describe("pools at exit and on signals", function()
   local function scenario(backend, how)
     local opts = backend == "docker" and ("image = '" .. IMAGE .. "', ") or ""
     local p = sbxlua({ job([[
-      local owner = require "sbx.owner"
+      local owner = require "sbx.state.owner"
       local pool = sbx.pool{ backend = "]] .. backend .. [[", ]] .. opts .. [[ size = 3 }
       assert(pool:wait_ready(120))
       local sb = pool:acquire()            -- the pool starts refilling at once
@@ -516,7 +518,7 @@ if not dok then
 end
 
 describe("sbx.pool on docker", function()
-  local docker = require "sbx.backends.docker"
+  local docker = require "sbx.providers.builtin.docker"
 
   local function container_gone(sb)
     local cid = sb._cid

@@ -2,9 +2,9 @@
 -- (run, skipped on the preset's own image, failing), per-backend overrides,
 -- files in SBX_PRESET_PATH with hot reload, and the preset's agent.
 local sbx = require "sbx"
-local presets = require "sbx.presets"
+local presets = require "sbx.sandbox.presets"
 local fs = require "sbx.fs"
-local docker = require "sbx.backends.docker"
+local docker = require "sbx.providers.builtin.docker"
 local S = require "spec.support"
 local IMAGE = S.IMAGE
 
@@ -65,14 +65,14 @@ describe("presets", function()
 
   it("a failing setup command destroys the sandbox and raises with its output", function()
     sbx.register_preset{ name = "spec-fail", setup_commands = { "echo about to fail; echo oops >&2; exit 3" } }
-    local before = #require("sbx.owner").owned()
+    local before = #require("sbx.state.owner").owned()
     local kind, err = kind_of(function() sbx.sandbox("local", { preset = "spec-fail" }) end)
     assert.equal("WorkspaceError", kind)
     assert.is_true(sbx.errors.is(err, "SandboxCreationError"))
     assert.matches("exit 3", err.message)
     assert.matches("about to fail", err.message)
     assert.matches("oops", err.message)
-    assert.equal(before, #require("sbx.owner").owned())
+    assert.equal(before, #require("sbx.state.owner").owned())
   end)
 
   it("per-backend overrides apply on their backend", function()

@@ -2,7 +2,7 @@
 -- resume, parallel semantics.
 local sbx = require "sbx"
 local loop = require "sbx.loop"
-local owner = require "sbx.owner"
+local owner = require "sbx.state.owner"
 local S = require "spec.support"
 
 local kind_of = S.kind_of
@@ -166,7 +166,7 @@ describe("clients and resume", function()
   -- at resume on local and bwrap alike (bwrap used to resume, and every later
   -- call then named the host directory).
   for _, backend in ipairs{ "local", "bwrap" } do
-    local available = require("sbx.backends." .. backend).available()
+    local available = require("sbx.providers.builtin." .. backend).available()
     local test = available and it or pending
     test(backend .. ": resuming a sandbox whose working directory is gone is SandboxNotFoundError", function()
       local dir = assert(require("sbx.fs").mkdtemp("/tmp", "sbxgone"))

@@ -3,7 +3,7 @@
 -- sandbox behind; a pinned backend honours the routing options or says why.
 package.path = (os.getenv("SBX_SOURCE_DIR") or ".") .. "/spec/routing/?.lua;" .. package.path
 local sbx = require "sbx"
-local owner = require "sbx.owner"
+local owner = require "sbx.state.owner"
 local proc = require "sbx.proc"
 
 local function fails(fn)

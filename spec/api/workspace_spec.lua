@@ -4,7 +4,7 @@
 -- sandbox destroyed at create), apply_workspace on a live sandbox, and the
 -- files/git_repo shorthands. Every backend: spec/conformance/suite.lua.
 local sbx = require "sbx"
-local owner = require "sbx.owner"
+local owner = require "sbx.state.owner"
 local fs = require "sbx.fs"
 local S = require "spec.support"
 

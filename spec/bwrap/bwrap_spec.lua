@@ -3,13 +3,14 @@
 -- paths resolved across its mounts, the workdir bind, rlimits, routing
 -- around what it cannot enforce, refusing a tampered root, gc after SIGKILL.
 -- Real bubblewrap; SBX_REQUIRE_BWRAP=1 makes its absence a failure.
+-- Over 400 lines: one describe per area listed above, sharing the helpers below.
 local sbx = require "sbx"
 local proc = require "sbx.proc"
 local loop = require "sbx.loop"
 local fs = require "sbx.fs"
 local native = require "sbx.bwrap"
-local bwrap = require "sbx.backends.bwrap"
-local router = require "sbx.router"
+local bwrap = require "sbx.providers.builtin.bwrap"
+local router = require "sbx.routing"
 local S = require "spec.support"
 
 local BIN = S.BIN
@@ -65,7 +66,7 @@ describe("bwrap backend", function()
       for name in on:gmatch("\n%s*([%w%-%.@]+):") do if name ~= "lo" then host_ifaces = host_ifaces + 1 end end
       assert.is_true(host_ifaces > 0, "the host has a network interface besides lo")
       -- and a connection to the host fails without a route
-      local ips = require("sbx.selftest").host_addresses()
+      local ips = require("sbx.cli.selftest").host_addresses()
       if #ips > 0 then
         local r = py(off_sb, "import socket,sys\ns=socket.socket();s.settimeout(2)\n"
           .. "try:\n s.connect((sys.argv[1],9));print('reach')\nexcept ConnectionRefusedError: print('reach')\n"
@@ -263,13 +264,13 @@ call('getppid', 110)
         sbx.sandbox("bwrap", { backend_options = { privileged = true } }) end))
     end)
 
-    local limits = require "sbx.limits"
+    local limits = require "sbx.providers.builtin.limits"
     if bwrap.descriptor.limits.memory_mb then
       -- a control file of the sandbox's group for `controller`
       local function control(sb, controller, file)
         local how = limits.controllers()[controller]
         local dir = how.v == 2 and sb:session_state().state.cg
-                    or (how.dir .. "/" .. require("sbx.owner").session_id() .. "/" .. sb.id)
+                    or (how.dir .. "/" .. require("sbx.state.owner").session_id() .. "/" .. sb.id)
         local f = io.open(dir .. "/" .. file)
         if not f then return nil end
         local v = f:read("a")
@@ -295,7 +296,7 @@ call('getppid', 110)
         s:destroy()
         if v1 then
           local how = limits.controllers().memory
-          assert.is_nil(fs.list_host(how.dir .. "/" .. require("sbx.owner").session_id() .. "/" .. id))
+          assert.is_nil(fs.list_host(how.dir .. "/" .. require("sbx.state.owner").session_id() .. "/" .. id))
         end
       end)
 
@@ -321,7 +322,7 @@ call('getppid', 110)
         local apply = limits.apply
         limits.apply = function() return nil, "memory.max: Device or resource busy" end
         local function bwrap_dir()
-          return require("sbx.owner").state_dir() .. "/bwrap/" .. require("sbx.owner").session_id()
+          return require("sbx.state.owner").state_dir() .. "/bwrap/" .. require("sbx.state.owner").session_id()
         end
         local before = #(fs.list_host(bwrap_dir()) or {})
         local kind, err = kind_of(function() sbx.sandbox("bwrap", { memory_mb = 128 }) end)

@@ -7,7 +7,7 @@ local sbx = require "sbx"
 local proc = require "sbx.proc"
 local loop = require "sbx.loop"
 local fs = require "sbx.fs"
-local bwrap = require "sbx.backends.bwrap"
+local bwrap = require "sbx.providers.builtin.bwrap"
 
 local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
 local ok, why = bwrap.available()
@@ -24,11 +24,7 @@ local function host(cmd)
   return out
 end
 
-local function kind_of(fn)
-  local okk, err = pcall(fn)
-  assert.is_false(okk, "expected an error")
-  return type(err) == "table" and err.kind or tostring(err), err
-end
+local kind_of = require("spec.support").kind_of
 
 -- a listener of the spec's own on the host: 127.0.0.1 TCP and an abstract unix socket
 local function host_listener(name)
@@ -193,7 +189,7 @@ describe("bwrap secrets and failures", function()
     local script = os.tmpname()
     local f = io.open(script, "w")
     f:write([[
-local b = require "sbx.backends.bwrap"
+local b = require "sbx.providers.builtin.bwrap"
 local held = {}
 while true do local h = io.open("/dev/null") if not h then break end held[#held + 1] = h end
 local r1 = b.probe(true)

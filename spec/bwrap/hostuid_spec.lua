@@ -5,7 +5,7 @@
 local sbx = require "sbx"
 local fs = require "sbx.fs"
 local loop = require "sbx.loop"
-local bwrap = require "sbx.backends.bwrap"
+local bwrap = require "sbx.providers.builtin.bwrap"
 
 local ok, why = bwrap.available()
 if not ok or not bwrap.as_root() then

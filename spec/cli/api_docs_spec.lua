@@ -2,7 +2,7 @@
 -- ../shared/API.md): every public function and table of `sbx`, every
 -- method of its objects, every subcommand and option is named there, and
 -- its help block is the program's own help text.
-local cli_table = require "sbx.cli_table"
+local cli_table = require "sbx.cli.table"
 
 local SOURCE = os.getenv("SBX_SOURCE_DIR") or "."
 

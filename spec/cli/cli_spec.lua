@@ -271,7 +271,7 @@ describe("sbxlua CLI", function()
     local job = write_job("held.lua", [[
       local sb = sbx.sandbox("local")
       sb:spawn("bash", {"-c", "exec -a ]] .. tag .. [[ sleep 300"})
-      print("ready " .. require("sbx.owner").lock_path()) io.stdout:flush()
+      print("ready " .. require("sbx.state.owner").lock_path()) io.stdout:flush()
       sbx.sleep(300)
     ]])
     local p = start({ job })
@@ -298,7 +298,7 @@ describe("sbxlua CLI", function()
     assert(fs.mkdir_host(sessions))
     local id = "vm-reused-" .. proc.random_hex(4)
     local f = assert(io.open(sessions .. "/" .. id .. ".jsonl", "w"))
-    f:write(json.encode{ event = "session", host = require("sbx.owner").hostname(), pid = proc.getpid(),
+    f:write(json.encode{ event = "session", host = require("sbx.state.owner").hostname(), pid = proc.getpid(),
                          pid_start = 1, started = os.time() }, "\n")
     f:close()
     local holder = assert(proc.spawn{ argv = { "flock", sessions .. "/" .. id .. ".lock", "sleep", "30" },
@@ -316,8 +316,8 @@ describe("sbxlua CLI", function()
   it("a session whose cgroup could not be removed at exit stays for gc to finish", function()
     local job = write_job("busy.lua", [[
       local sb = sbx.sandbox("local")
-      require("sbx.backends.local").forget_session = function() error("cgroup busy", 0) end
-      print(require("sbx.owner").lock_path())
+      require("sbx.providers.builtin.local").forget_session = function() error("cgroup busy", 0) end
+      print(require("sbx.state.owner").lock_path())
     ]])
     local r = sbxlua({ job })
     assert.equal(0, r.exit_code, r.stderr)
@@ -332,7 +332,7 @@ describe("sbxlua CLI", function()
   it("a sandbox whose destroy failed stays in the journal for gc", function()
     local job = write_job("destroyfail.lua", [[
       local sb = sbx.sandbox("local")
-      local backend = require "sbx.backends.local"
+      local backend = require "sbx.providers.builtin.local"
       local destroy = backend.destroy
       backend.destroy = function() error("rmtree: Device or resource busy", 0) end
       print(sb.workdir)

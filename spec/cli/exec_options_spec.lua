@@ -4,7 +4,7 @@
 -- the result, and streamed output is never reported as dropped.
 local S = require "spec.support"
 local json = require "cjson"
-local docker = require "sbx.backends.docker"
+local docker = require "sbx.providers.builtin.docker"
 local providers = require "sbx.providers"
 
 local T = S.user("exec-options")

@@ -9,7 +9,7 @@ local json = require "cjson"
 
 local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
 local BASE = (os.getenv("SBX_STATE_DIR") or "/tmp") .. "/gcj-" .. proc.getpid()
-local HOST = require("sbx.owner").hostname()
+local HOST = require("sbx.state.owner").hostname()
 
 local function run(state, args, opts)
   local argv = { BIN }

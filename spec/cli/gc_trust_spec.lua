@@ -9,14 +9,9 @@ local json = require "cjson"
 
 local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
 local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
-local HOST = require("sbx.owner").hostname()
+local HOST = require("sbx.state.owner").hostname()
 
-local function sh(cmd)
-  local f = io.popen(cmd)
-  local out = f:read("a")
-  f:close()
-  return out
-end
+local sh = require("spec.support").stdout
 
 local function run(state, args)
   local argv = { BIN }
@@ -54,7 +49,7 @@ end
 local function intact(d) return fs.read_host(d .. "/precious.txt") == "keep me" end
 
 local function has(b)
-  local ok, m = pcall(require, "sbx.backends." .. b)
+  local ok, m = pcall(require, "sbx.providers.builtin." .. b)
   return ok and m.available()
 end
 
@@ -108,7 +103,7 @@ describe("gc trusts no path, cgroup or container a journal claims", function()
   describe("a foreign cgroup", function()
     local cg, sleeper
     before_each(function()
-      local base = require("sbx.backends.local").containment()
+      local base = require("sbx.providers.builtin.local").containment()
       if not base then return end
       cg = base:gsub("/sbxlua$", "") .. "/sbxg-foreign-" .. proc.random_hex(4)
       assert(require("sbx.cgroup").create(cg))
@@ -123,7 +118,7 @@ describe("gc trusts no path, cgroup or container a journal claims", function()
 
     it("is never killed by gc (named directly or by .. from sbxlua's subtree)", function()
       if not cg then return pending("no writable cgroup v2") end
-      local base = require("sbx.backends.local").containment()
+      local base = require("sbx.providers.builtin.local").containment()
       claim(state, "local", { dir = state .. "/local/none", own = true, cg = cg })
       claim(state, "bwrap", { dir = state .. "/bwrap/none", own = true, cg = base .. "/.." .. cg:sub(#base - 6) })
       local r = run(state, { "gc" })

@@ -10,14 +10,9 @@ local json = require "cjson"
 
 local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
 local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
-local HOST = require("sbx.owner").hostname()
+local HOST = require("sbx.state.owner").hostname()
 
-local function sh(cmd)
-  local f = io.popen(cmd)
-  local out = f:read("a")
-  f:close()
-  return out
-end
+local sh = require("spec.support").stdout
 
 local function api(method, path, body)
   return sh("curl -s -X " .. method .. " --unix-socket /var/run/docker.sock -H 'Content-Type: application/json' "
@@ -25,7 +20,7 @@ local function api(method, path, body)
 end
 
 local function usable()
-  local ok, d = pcall(require, "sbx.backends.docker")
+  local ok, d = pcall(require, "sbx.providers.builtin.docker")
   return ok and d.available() and sh("docker image inspect " .. IMAGE .. " >/dev/null 2>&1 && echo y") == "y\n"
 end
 
@@ -40,8 +35,8 @@ describe("gc and other builds' agent volumes", function()
   end
   local function exists(name) return (json.decode(api("GET", "/volumes/" .. name)) or {}).Name == name end
   local function gc(dry)
-    return assert(proc.spawn{ argv = { BIN, "-e", "require('sbx.backends.docker').VOLUME_PREFIX = '" .. prefix
-      .. "' return require('sbx.commands').gc({" .. (dry and "['dry-run'] = true" or "") .. "})" }, timeout = 120,
+    return assert(proc.spawn{ argv = { BIN, "-e", "require('sbx.providers.builtin.docker').VOLUME_PREFIX = '" .. prefix
+      .. "' return require('sbx.cli.commands').gc({" .. (dry and "['dry-run'] = true" or "") .. "})" }, timeout = 120,
       env = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" .. state, "SBX_STATE_DIR=" .. state } }):wait()
   end
 
@@ -98,7 +93,7 @@ describe("gc and other builds' agent volumes", function()
   it("a process whose volume was removed and filled again by another process uses the new fill", function()
     if not usable() then return pending("docker or " .. IMAGE .. " not available") end
     local function start(code)
-      return assert(proc.spawn{ argv = { BIN, "-e", "require('sbx.backends.docker').VOLUME_PREFIX = '" .. prefix
+      return assert(proc.spawn{ argv = { BIN, "-e", "require('sbx.providers.builtin.docker').VOLUME_PREFIX = '" .. prefix
         .. "' " .. code }, timeout = 120, stream = true, keep_stdin = true,
         env = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" .. state, "SBX_STATE_DIR=" .. state } })
     end
@@ -133,9 +128,9 @@ describe("gc and other builds' agent volumes", function()
 
   it("a volume this build fills is labelled with its host and session", function()
     if not usable() then return pending("docker or " .. IMAGE .. " not available") end
-    local r = assert(proc.spawn{ argv = { BIN, "-e", "require('sbx.backends.docker').VOLUME_PREFIX = '" .. prefix
+    local r = assert(proc.spawn{ argv = { BIN, "-e", "require('sbx.providers.builtin.docker').VOLUME_PREFIX = '" .. prefix
       .. "' local sb = sbx.sandbox('docker', { image = '" .. IMAGE .. "' }) print(sb:execute_command('echo ok').stdout)"
-      .. " print(require('sbx.owner').session_id())" }, timeout = 120,
+      .. " print(require('sbx.state.owner').session_id())" }, timeout = 120,
       env = { "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" .. state, "SBX_STATE_DIR=" .. state } }):wait()
     assert.equal(0, r.exit_code, r.stderr)
     local session = r.stdout:match("ok\n\n([^\n]+)")

@@ -5,7 +5,7 @@
 -- failing, "nothing to do", and sbx.budget() reading without removing.
 local S = require "spec.support"
 local json = require "cjson"
-local docker = require "sbx.backends.docker"
+local docker = require "sbx.providers.builtin.docker"
 
 local T = S.user("outputs")
 

@@ -168,7 +168,7 @@ describe("progress", function()
 
   it("pool warm-up and gc show as stages", function()
     local job = write_job("pool.lua", [[
-      require("sbx.progress").DELAY = 0
+      require("sbx.core.progress").DELAY = 0
       local p <close> = sbx.pool{ backend = "local", size = 3 }
       assert(p:wait_ready(30))
       print("warm")
@@ -193,8 +193,8 @@ describe("progress", function()
     p:kill(9)
     p:wait()
     r = in_pipe({ "--progress=plain", "-e", [[
-      require("sbx.progress").DELAY = 0
-      os.exit(require("sbx.gc").run{})
+      require("sbx.core.progress").DELAY = 0
+      os.exit(require("sbx.state.gc").run{})
     ]] })
     assert.equal(0, r.exit_code, r.stderr)
     assert.matches("sbxlua: gc: 5/5 sandboxes destroyed, 0 failed in", r.stderr)
@@ -205,7 +205,7 @@ describe("progress", function()
     if d.exit_code ~= 0 then pending("no Docker engine") return end
     -- no registry is reachable from here: the pull fails, and says so
     local r = in_pipe({ "--progress=plain", "-e", [[
-      require("sbx.progress").DELAY = 0
+      require("sbx.core.progress").DELAY = 0
       local ok, err = pcall(sbx.sandbox, "docker", { image = "sbxlua-no-such-image/x:1" })
       print(ok, err.kind)
     ]] })

@@ -4,7 +4,7 @@
 -- 1 with one line; names are checked (with "did you mean"); a job's own
 -- error keeps its traceback.
 local S = require "spec.support"
-local cli_table = require "sbx.cli_table"
+local cli_table = require "sbx.cli.table"
 
 local T = S.user("usage-errors")
 

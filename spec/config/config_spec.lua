@@ -1,8 +1,8 @@
 -- sbx.yaml: the YAML module's limits and the config's strict schema, with
 -- file:line:column in every error; the lookup order; what a config changes.
 local yaml = require "sbx.yaml"
-local config = require "sbx.config"
-local errors = require "sbx.errors"
+local config = require "sbx.core.config"
+local errors = require "sbx.core.errors"
 local proc = require "sbx.proc"
 local S = require "spec.support"
 

@@ -10,7 +10,7 @@ local function run(env, dir, cfg)
   f:write(string.format([[
     sbx.config(%q)
     local sb <close> = sbx.sandbox("local")
-    print(require("sbx.owner").state_dir())
+    print(require("sbx.state.owner").state_dir())
   ]], cfg))
   f:close()
   local p = io.popen(env .. " " .. BIN .. " " .. script .. " 2>&1")

@@ -26,7 +26,7 @@ return {
   -- a provider script: one file on a temporary SBX_PROVIDER_PATH (local's
   -- operations under another name) is all a new provider takes
   script = { backend = "wrapped", title = "a provider script", setup = function(traits)
-    local fs, config = require "sbx.fs", require "sbx.config"
+    local fs, config = require "sbx.fs", require "sbx.core.config"
     local dir = (os.getenv("SBX_STATE_DIR") or "/tmp") .. "/provider-scripts-" .. require("sbx.proc").getpid()
     assert(fs.mkdir_host(dir))
     local f = assert(io.open(dir .. "/wrapped.lua", "w"))
@@ -44,7 +44,7 @@ return {
   -- and the sbxlua processes the suite starts read the same config file
   safehouse = { backend = "safehouse", title = "safehouse (Linux stand-in)",
                 setup = function(traits)
-    local fs, config = require "sbx.fs", require "sbx.config"
+    local fs, config = require "sbx.fs", require "sbx.core.config"
     local dir = (os.getenv("SBX_STATE_DIR") or "/tmp") .. "/safehouse-" .. require("sbx.proc").getpid()
     assert(fs.mkdir_host(dir))
     local src = S.SOURCE:sub(1, 1) == "/" and S.SOURCE or (os.getenv("PWD") .. "/" .. S.SOURCE)

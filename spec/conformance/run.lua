@@ -10,7 +10,7 @@ return function(name)
   if row.gate == "ray" then
     if not require("spec.support.ray").gate(title) then return end
   elseif row.gate and not S.gate(row.gate, title) then return end
-  if row.mode then require("sbx.backends." .. row.backend).exec_mode = row.mode end
+  if row.mode then require("sbx.providers.builtin." .. row.backend).exec_mode = row.mode end
   local traits = row.traits or {}
   if row.setup then traits = row.setup(traits) end   -- e.g. a provider script on a temp path
   suite(row.backend, row.options or {}, require "busted", traits)

@@ -6,6 +6,7 @@
 -- e.g. with the provider path a script provider is found on):
 -- suite("local", {}, require "busted"). spec/conformance/script_spec.lua
 -- calls it directly for a throwaway provider script.
+-- Over 400 lines: the one suite every row runs, one describe per area.
 local sbx = require "sbx"
 local loop = require "sbx.loop"
 
@@ -436,17 +437,17 @@ return function(backend, create_opts, env, traits)
       end)
 
       it("a failing workspace entry raises WorkspaceError naming its dest, and destroys the sandbox", function()
-        local before = #require("sbx.owner").owned()
+        local before = #require("sbx.state.owner").owned()
         local kind, err = kind_of(function()
           new{ workspace = { { dest = "ok.txt", content = "x" }, { dest = "repo", git = "no/such/repo.git" } } }
         end)
         assert.equal("WorkspaceError", kind)
         assert.equal("repo", err.context.dest)
         assert.matches("git clone", err.message)
-        assert.equal(before, #require("sbx.owner").owned())
+        assert.equal(before, #require("sbx.state.owner").owned())
         kind = kind_of(function() new{ files = { [""] = "x" } } end)
         assert.equal("ConfigError", kind)
-        assert.equal(before, #require("sbx.owner").owned())
+        assert.equal(before, #require("sbx.state.owner").owned())
       end)
 
       it("an inside agent reads its prompt on stdin by default, and gets an openable path in file mode", function()

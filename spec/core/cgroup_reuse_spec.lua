@@ -62,7 +62,7 @@ describe("command cgroups after a kill", function()
   end)
 
   it("bwrap with rlimits (a bwrap per command): commands after p:kill() run", function()
-    local ok, why = require("sbx.backends.bwrap").available()
+    local ok, why = require("sbx.providers.builtin.bwrap").available()
     if not ok then pending("bwrap unavailable: " .. tostring(why)) return end
     if not base then pending("no writable cgroup v2 here") return end
     after_kill("bwrap", { backend_options = { rlimits = { nofile = 256 } } })

@@ -51,14 +51,9 @@ describe("exit cleanup in a stock lua5.4", function()
   local fs = require "sbx.fs"
   local json = require "cjson"
   local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
-  local function sh(cmd)
-    local f = io.popen(cmd)
-    local out = f:read("a")
-    f:close()
-    return out
-  end
+  local sh = require("spec.support").stdout
   local function docker_ok()
-    local ok, d = pcall(require, "sbx.backends.docker")
+    local ok, d = pcall(require, "sbx.providers.builtin.docker")
     return ok and d.available() and sh("docker image inspect " .. IMAGE .. " >/dev/null 2>&1 && echo y") == "y\n"
   end
   -- What is left of this spec's state dir: session files, sandbox
@@ -123,13 +118,14 @@ describe("SBX_LUA_PATH (the source tree instead of the embedded modules)", funct
     local dir = assert(fs.mkdtemp("/tmp", "sbxlp"))
     local root = assert(fs.open_root(dir))
     assert(root:mkdir("sbx"))
-    assert(root:write("sbx/wire.lua", "return { from_tree = true }"))
-    local r = run(dir, 'io.write(tostring(require("sbx.wire").from_tree), " ", '
+    assert(root:mkdir("sbx/daemon"))
+    assert(root:write("sbx/daemon/wire.lua", "return { from_tree = true }"))
+    local r = run(dir, 'io.write(tostring(require("sbx.daemon.wire").from_tree), " ", '
                     .. 'sbx.sandbox("local"):execute_command("echo embedded-rest").stdout)')
     assert.equal(0, r.exit_code, r.stderr)
     assert.equal("true embedded-rest\n", r.stdout)
-    assert(root:write("sbx/wire.lua", "return {"))
-    r = run(dir, 'require "sbx.wire"')
+    assert(root:write("sbx/daemon/wire.lua", "return {"))
+    r = run(dir, 'require "sbx.daemon.wire"')
     assert.not_equal(0, r.exit_code)
     assert.matches("wire%.lua:1:", r.stderr)
     root:close()

@@ -1,5 +1,6 @@
 -- sbx.http: libcurl's multi interface in the event loop, against a real
 -- stand-in server (spec/support/httpd.c) on loopback TCP and a unix socket.
+-- Over 400 lines: the cases share the stand-in server and the helpers below.
 local http = require "sbx.http"
 local proc = require "sbx.proc"
 local loop = require "sbx.loop"

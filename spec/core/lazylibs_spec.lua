@@ -37,7 +37,7 @@ describe("libraries loaded on first use", function()
     local r = run([[
       local ok, msg, code = require("sbx.http").request{ url = "http://127.0.0.1:9/" }
       print(ok, msg, code)
-      print(require("sbx.backends.docker").available())
+      print(require("sbx.providers.builtin.docker").available())
     ]])
     assert.equal(0, r.exit_code, r.stderr)
     assert.matches("^nil\t[^\n]*libcurl[^\n]*: apt%-get install libcurl4[^\n]*\t%u+\n", r.stdout)

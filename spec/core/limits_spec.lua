@@ -3,7 +3,7 @@
 -- adversarial fork bomb wherever the machine has v1 controllers; cgroup v2
 -- controllers cannot be had on such a machine (v1 holds them), so its
 -- logic runs here against a stand-in tree of plain files.
-local limits = require "sbx.limits"
+local limits = require "sbx.providers.builtin.limits"
 local proc = require "sbx.proc"
 local fs = require "sbx.fs"
 
@@ -25,7 +25,7 @@ end
 
 local function mkdir(p) assert(fs.mkdir_host(p)) end
 
-describe("sbx.limits", function()
+describe("sbx.providers.builtin.limits", function()
   before_each(function() fs.rmtree(TMP) mkdir(TMP) end)
   after_each(function() limits.use(nil) fs.rmtree(TMP) end)
 

@@ -117,7 +117,7 @@ describe("sbx.proc", function()
   end)
 
   it("join puts the child in cgroup v1 groups before it runs", function()
-    local how = require("sbx.limits").controllers().pids
+    local how = require("sbx.providers.builtin.limits").controllers().pids
     if not (how and how.v == 1) then pending("no cgroup v1 pids hierarchy here") return end
     local dir = how.dir .. "/spec-" .. proc.getpid()
     assert(cgroup.create(dir))

@@ -24,7 +24,7 @@ local function popen(cmd)
   return out
 end
 
-local function fd_count() return select(2, popen("ls /proc/" .. proc.getpid() .. "/fd"):gsub("\n", "")) end
+local fd_count = require("spec.support").fd_count
 
 local function alive(token)   -- "[x]..." keeps pgrep's own shell from matching
   return popen("pgrep -f '[" .. token:sub(1, 1) .. "]" .. token:sub(2) .. "'") ~= ""
@@ -128,7 +128,7 @@ describe("spawner threads", function()
   end)
 
   it("join a cgroup v1 group before the program runs", function()
-    local how = require("sbx.limits").controllers().pids
+    local how = require("sbx.providers.builtin.limits").controllers().pids
     if not (how and how.v == 1) then pending("no cgroup v1 pids hierarchy here") return end
     local dir = how.dir .. "/spawner-spec-" .. proc.getpid()
     assert(cgroup.create(dir))

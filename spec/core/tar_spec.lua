@@ -1,7 +1,9 @@
 -- sbx.tar: in-memory tar (G8 and the "Archives" catalogue of RELIABILITY.md).
 -- Archives come from GNU tar itself or from raw ustar headers built below.
+-- Over 400 lines: every case shares the raw-header builders below.
 local tar = require "sbx.tar"
 local fs = require "sbx.fs"
+local S = require "spec.support"
 
 local function o(s) return math.tointeger(tonumber(s, 8)) end
 
@@ -31,19 +33,7 @@ local function run(cmd)
   return out, ok
 end
 
--- assert a nil, msg, code failure; return msg
-local function fails(code, ok, msg, got)
-  assert.is_nil(ok, "expected a failure, got " .. tostring(ok))
-  assert.is_string(msg)
-  if type(code) == "table" then
-    local hit = false
-    for _, c in ipairs(code) do hit = hit or c == got end
-    assert.is_true(hit, "code " .. tostring(got) .. " (" .. msg .. ")")
-  else
-    assert.are.equal(code, got, msg)
-  end
-  return msg
-end
+local fails = S.fails   -- a nil, msg, code failure; returns msg
 
 local function by_path(list)
   local t = {}

@@ -4,7 +4,7 @@ local sbx = require "sbx"
 local http = require "sbx.http"
 local json = require "cjson"
 local loop = require "sbx.loop"
-local docker = require "sbx.backends.docker"
+local docker = require "sbx.providers.builtin.docker"
 local S = require "spec.support"
 
 local IMAGE = S.IMAGE

@@ -4,7 +4,7 @@
 -- ("exec /.sbx/bin/sbx-agent-... failed: No such file or directory").
 local sbx = require "sbx"
 local proc = require "sbx.proc"
-local docker = require "sbx.backends.docker"
+local docker = require "sbx.providers.builtin.docker"
 
 local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
 
@@ -24,11 +24,11 @@ describe("docker agent volume", function()
     it("is filled again when its current " .. case[1], function()
       local prefix = docker.VOLUME_PREFIX
       docker.VOLUME_PREFIX = "sbxlua-agentspec-" .. proc.random_hex(4) .. "-"
-      local vol = docker.VOLUME_PREFIX .. require("sbx.agentlink").hash(require "sbx.agentbin")
+      local vol = docker.VOLUME_PREFIX .. require("sbx.daemon.link").hash(require "sbx.agentbin")
       local okr, err = pcall(function()
         sh("docker volume create --label sbxlua.agent=1 " .. vol)
         sh("docker run --rm -v " .. vol .. ":/v --entrypoint sh " .. IMAGE .. " -c 'n=sbx-agent-"
-           .. require("sbx.agentlink").hash(require "sbx.agentbin") .. "dead00; " .. case[2]
+           .. require("sbx.daemon.link").hash(require "sbx.agentbin") .. "dead00; " .. case[2]
            .. "printf %s $n > /v/current'")
         local sb <close> = sbx.sandbox("docker", { image = IMAGE })
         assert.equal("works\n", sb:execute_command("echo works").stdout)

@@ -7,7 +7,7 @@ local proc = require "sbx.proc"
 local loop = require "sbx.loop"
 local fs = require "sbx.fs"
 local json = require "cjson"
-local docker = require "sbx.backends.docker"
+local docker = require "sbx.providers.builtin.docker"
 local S = require "spec.support"
 
 local IMAGE = S.IMAGE
@@ -108,7 +108,7 @@ describe("docker backend", function()
     assert.equal("SandboxCreationError", kind)
     assert.matches("sbxlua%-no%-such%-image:never", err.message)
     -- this session's containers: none left by the failed create
-    local mine = containers_labelled("sbxlua.session=" .. require("sbx.owner").session_id())
+    local mine = containers_labelled("sbxlua.session=" .. require("sbx.state.owner").session_id())
     assert.equal(0, #mine)
   end)
 
@@ -148,7 +148,7 @@ describe("docker backend", function()
     -- the second commit completes in the engine, then sbxlua dies before
     -- it can journal the result
     f:write([[
-      local docker = require "sbx.backends.docker"
+      local docker = require "sbx.providers.builtin.docker"
       local sb = sbx.sandbox("docker", { image = os.getenv("SBX_TEST_IMAGE") })
       local kept = sb:snapshot().snapshot_id
       local commit = docker.snapshot
@@ -189,7 +189,7 @@ describe("docker backend", function()
     docker.VOLUME_PREFIX = "sbxlua-agentspec-" .. proc.random_hex(4) .. "-"
     local ok, err = pcall(function()
       local a = sbx.sandbox("docker", { image = IMAGE })
-      local vol = docker.VOLUME_PREFIX .. require("sbx.agentlink").hash(require "sbx.agentbin")
+      local vol = docker.VOLUME_PREFIX .. require("sbx.daemon.link").hash(require "sbx.agentbin")
       assert.equal("a\n", a:execute_command("echo a").stdout)
       a:destroy()
       assert.equal(204, (engine("DELETE", "/volumes/" .. vol)))
@@ -204,8 +204,8 @@ describe("docker backend", function()
 
   it("gc removes agent volumes of other builds that no container uses, never this build's", function()
     local sb <close> = sbx.sandbox("docker", { image = IMAGE })       -- this build's volume is in use
-    local mine = "sbxlua-agent-" .. require("sbx.agentlink").hash(require "sbx.agentbin")
-    local host = require("sbx.owner").hostname()
+    local mine = "sbxlua-agent-" .. require("sbx.daemon.link").hash(require "sbx.agentbin")
+    local host = require("sbx.state.owner").hostname()
     -- Any gc on this machine may take the volume first (the cli and outage
     -- specs run theirs beside this one): then it is gone all the same, and
     -- the case is tried again with a new one, so this gc's report is seen.

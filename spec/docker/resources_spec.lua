@@ -7,8 +7,8 @@
 local sbx = require "sbx"
 local http = require "sbx.http"
 local json = require "cjson"
-local config = require "sbx.config"
-local docker = require "sbx.backends.docker"
+local config = require "sbx.core.config"
+local docker = require "sbx.providers.builtin.docker"
 
 local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
 local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
@@ -26,7 +26,7 @@ local function inspect(cid)
 end
 
 local function last_ledger_line(id)
-  local f = io.open(require("sbx.owner").state_dir() .. "/ledger.jsonl")
+  local f = io.open(require("sbx.state.owner").state_dir() .. "/ledger.jsonl")
   local found
   for line in f:lines() do
     local e = json.decode(line)

@@ -4,7 +4,7 @@
 local proc = require "sbx.proc"
 local loop = require "sbx.loop"
 local fs = require "sbx.fs"
-local docker = require "sbx.backends.docker"
+local docker = require "sbx.providers.builtin.docker"
 
 local BIN = os.getenv("SBX_BIN") or "build/sbxlua"
 local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"

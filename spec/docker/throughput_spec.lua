@@ -4,7 +4,7 @@
 -- job). Counted in a fresh sbxlua, which has no engine connection yet.
 local proc = require "sbx.proc"
 local json = require "cjson"
-local docker = require "sbx.backends.docker"
+local docker = require "sbx.providers.builtin.docker"
 
 local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
 

@@ -3,6 +3,8 @@
 -- and count what is left: tagged processes, sandbox directories, containers,
 -- cgroups, and snapshot images nobody heard back about. Used as a library by spec/reliability/g2_spec.lua and as a script
 -- by bench/g2.sh:  sbxlua spec/harness/sigkill.lua [N] [MAX_DELAY_S] [BATCH] [SIGINT_RUNS]
+-- Over 400 lines: one harness, the jobs it kills and the counts it takes
+-- after gc belong together.
 local proc = require "sbx.proc"
 local loop = require "sbx.loop"
 local fs = require "sbx.fs"
@@ -72,7 +74,7 @@ M.PAR_JOB = [==[
 local tag, list, per = arg[1], arg[2], tonumber(arg[3] or "3")
 local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
 local prefix = os.getenv("G2_VOLUME_PREFIX")
-if prefix and prefix ~= "" then require("sbx.backends.docker").VOLUME_PREFIX = prefix end
+if prefix and prefix ~= "" then require("sbx.providers.builtin.docker").VOLUME_PREFIX = prefix end
 local function phase(p) io.stdout:write("phase ", p, "\n") io.stdout:flush() end
 local items = {}
 for b in list:gmatch("[^,]+") do for _ = 1, per do items[#items + 1] = b end end
@@ -86,17 +88,12 @@ end)
 phase("done")
 ]==]
 
-local function sh(cmd)
-  local f = io.popen(cmd)
-  local out = f:read("a")
-  f:close()
-  return out
-end
+local sh = require("spec.support").stdout
 
 function M.available()
   local av = { "local" }
   for _, b in ipairs{ "bwrap", "docker" } do
-    local ok, mod = pcall(require, "sbx.backends." .. b)
+    local ok, mod = pcall(require, "sbx.providers.builtin." .. b)
     if ok and mod.available() then
       if b ~= "docker" or sh("docker image inspect " .. M.IMAGE .. " >/dev/null 2>&1 && echo y") == "y\n" then
         av[#av + 1] = b
@@ -230,8 +227,8 @@ function M:count(exclude_tags)
     end
   end
   -- the v2 base, and the v1 groups that limit bwrap sandboxes (sbx.limits)
-  local bases = { require("sbx.backends.local").containment() }
-  for _, how in pairs(require("sbx.limits").controllers()) do
+  local bases = { require("sbx.providers.builtin.local").containment() }
+  for _, how in pairs(require("sbx.providers.builtin.limits").controllers()) do
     if how.v == 1 then bases[#bases + 1] = how.dir end
   end
   for _, cgbase in ipairs(bases) do

@@ -5,7 +5,7 @@
 local loop = require "sbx.loop"
 local stream = require "sbx.stream"
 require "sbx"
-local cloud = require "sbx.cloud"
+local cloud = require "sbx.providers.cloud"
 local H = require "spec.support.standin.http"
 local S = require "spec.support"
 
@@ -117,7 +117,7 @@ describe("cloud client", function()
     assert.equal("h-1-2", l["sbxlua.session"])
     assert.equal("60", l["sbxlua.ttl"])
     assert.equal("1", l.extra)
-    assert.equal(require("sbx.owner").hostname(), l["sbxlua.host"])
+    assert.equal(require("sbx.state.owner").hostname(), l["sbxlua.host"])
   end)
 end)
 
@@ -138,7 +138,7 @@ describe("cloud.multipart and cloud.agent", function()
   it("hands out this build's static sbx-agent with a stable id", function()
     local bytes, id = cloud.agent()
     assert.equal("\127ELF", bytes:sub(1, 4))
-    assert.equal(require("sbx.agentlink").hash(bytes), id)
+    assert.equal(require("sbx.daemon.link").hash(bytes), id)
     assert.equal(id, select(2, cloud.agent()))
   end)
 end)

@@ -1,13 +1,13 @@
--- The provider contract (lua/sbx/contract.lua) is the one the built-in
+-- The provider contract (lua/sbx/providers/contract.lua) is the one the built-in
 -- backends already keep, and the parts of the script environment that are
 -- sbxlua's own code (base64) are correct.
-local contract = require "sbx.contract"
-local config = require "sbx.config"
+local contract = require "sbx.providers.contract"
+local config = require "sbx.core.config"
 
 describe("the provider contract", function()
   for _, name in ipairs{ "local", "bwrap", "docker" } do
     it("is met by the built-in " .. name .. " backend", function()
-      local p = require("sbx.backends." .. name)
+      local p = require("sbx.providers.builtin." .. name)
       local probs = contract.problems(p, name)
       local lines = {}
       for i, pr in ipairs(probs) do lines[i] = pr.msg end
@@ -46,7 +46,7 @@ end)
 describe("docker's own config", function()
   after_each(function() config.use{} end)
   it("is read by docker itself (host, image), with $SBX_DOCKER_IMAGE and the default after it", function()
-    local docker = require "sbx.backends.docker"
+    local docker = require "sbx.providers.builtin.docker"
     config.use{}
     local default = os.getenv("SBX_DOCKER_IMAGE") or "python:3.12-slim"
     assert.equal(default, docker.default_image())
@@ -57,7 +57,7 @@ describe("docker's own config", function()
 end)
 
 describe("base64 in the script environment", function()
-  local b64 = require("sbx.provider_script").base64
+  local b64 = require("sbx.providers.script").base64
   it("matches RFC 4648's vectors and round-trips every byte", function()
     local vectors = { [""] = "", f = "Zg==", fo = "Zm8=", foo = "Zm9v", foob = "Zm9vYg==",
                       fooba = "Zm9vYmE=", foobar = "Zm9vYmFy" }

@@ -4,7 +4,7 @@
 -- makes two sandboxes; gc after a SIGKILL leaves nothing on the stand-in;
 -- `providers` and `doctor` say what to set when the key is missing.
 local loop = require "sbx.loop"
-local config = require "sbx.config"
+local config = require "sbx.core.config"
 local sbx = require "sbx"
 local S = require "spec.support"
 local DP = require "spec.support.standin.daytona_proc"
@@ -33,7 +33,7 @@ describe("daytona provider", function()
   end)
   before_each(function()
     s:clear()
-    require("sbx.health").reset()            -- a 429 of one case throttles the next
+    require("sbx.routing.health").reset()            -- a 429 of one case throttles the next
     -- a pinned create waits out a 429 and goes again (e2b_admission_spec): not here
     config.use{ providers = { daytona = cfg{ deadline = 3, request_timeout = 2 } },
                 routing = { admission_wait_secs = 0 } }

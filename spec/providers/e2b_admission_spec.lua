@@ -3,14 +3,14 @@
 -- rate and pauses for Retry-After; a pinned create waits and goes again),
 -- no job is lost, and every sandbox is destroyed.
 local sbx = require "sbx"
-local health = require "sbx.health"
+local health = require "sbx.routing.health"
 local R = require "spec.support.standin.e2b_run"
 
 describe("e2b: a 429 storm", function()
   local s
   setup(function() s = R.start{ scale = true, rate = 4 } end)
   teardown(function()
-    require("sbx.config").use{}
+    require("sbx.core.config").use{}
     health.reset()
     if s then s:stop() end
   end)

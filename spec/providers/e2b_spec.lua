@@ -16,12 +16,12 @@ setup(function()
   s = R.start{}
 end)
 teardown(function()
-  require("sbx.config").use{}
+  require("sbx.core.config").use{}
   if s then s:stop() end
 end)
 before_each(function()
   s:clear_faults()
-  require("sbx.health").reset()
+  require("sbx.routing.health").reset()
   R.use(s, { create_deadline = 3, request_timeout = 5 })
 end)
 

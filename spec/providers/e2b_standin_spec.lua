@@ -14,7 +14,7 @@ describe("e2b stand-in", function()
   local s
   setup(function() s = R.start{} end)
   teardown(function()
-    require("sbx.config").use{}
+    require("sbx.core.config").use{}
     if s then s:stop() end
   end)
   before_each(function() R.use(s) end)
@@ -101,7 +101,7 @@ if S.gate("bwrap", "e2b: create options (the stand-in's sandboxes on bwrap)") th
       assert.same({ "lo" }, ifaces)
       assert.equal("hi\n", sb:execute_command("sh", { "-c", "echo $GREETING" }).stdout)
     end)
-    require("sbx.config").use{}
+    require("sbx.core.config").use{}
     s:stop()
     if not ok then error(err, 0) end
   end)
@@ -121,7 +121,7 @@ describe("e2b: Connect envelopes split across chunks", function()
       assert.equal("e1\ne2", r.stderr)
       assert.equal(7, r.exit_code)
     end)
-    require("sbx.config").use{}
+    require("sbx.core.config").use{}
     s:stop()
     if not ok then error(err, 0) end
   end)

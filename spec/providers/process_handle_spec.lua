@@ -1,11 +1,11 @@
--- The ProcessHandle base (lua/sbx/process_handle.lua) that the agent link,
+-- The ProcessHandle base (lua/sbx/providers/process_handle.lua) that the agent link,
 -- docker's engine exec and provider scripts build their handles on: output
 -- caps, the read queue, the result's shape, close, and the guard that kills
 -- a command whose waiter is cancelled. The driver here is a scripted one:
 -- the base's job is what it makes of what a driver delivers.
 local loop = require "sbx.loop"
-local handle = require "sbx.process_handle"
-local contract = require "sbx.contract"
+local handle = require "sbx.providers.process_handle"
+local contract = require "sbx.providers.contract"
 
 -- A driver that delivers `chunks` ({ which, data } each) one per _more()
 -- (yielding in between), then ends with `status`.
@@ -150,7 +150,7 @@ end)
 
 describe("process_handle in the provider script environment", function()
   it("lets a script build its own ProcessHandle on the base", function()
-    local p = require("sbx.provider_script").compile([[
+    local p = require("sbx.providers.script").compile([[
 local H = process_handle.class{
   _more = function(self)
     if self.status then return false end

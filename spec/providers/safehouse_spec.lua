@@ -6,7 +6,7 @@
 -- errors, what it cannot do, and why it is unavailable here without the
 -- test knob. The stand-in's own grammar: safehouse_standin_spec.lua.
 local sbx = require "sbx"
-local config = require "sbx.config"
+local config = require "sbx.core.config"
 local fs = require "sbx.fs"
 local loop = require "sbx.loop"
 local proc = require "sbx.proc"
@@ -184,13 +184,13 @@ describe("safehouse provider", function()
     end)
 
     it("cannot limit cpu or memory: FeatureNotSupportedError when pinned, and nothing is created", function()
-      local before = #require("sbx.owner").owned()
+      local before = #require("sbx.state.owner").owned()
       for _, o in ipairs{ { cpu = 2 }, { memory_mb = 512 }, { image = "python:3.12" } } do
         local kind, err = S.kind_of(function() sbx.sandbox("safehouse", o) end)
         assert.equal("FeatureNotSupportedError", kind)
         assert.matches("safehouse cannot honour " .. next(o), err.message, 1, true)
       end
-      assert.equal(before, #require("sbx.owner").owned())
+      assert.equal(before, #require("sbx.state.owner").owned())
       assert.equal(0, #sh.calls())
     end)
   end)
@@ -305,7 +305,7 @@ describe("safehouse provider", function()
 
   describe("safehouse's refusals", function()
     it("not Darwin, no sandbox-exec: BackendNotInstalledError at create, and no sandbox is left", function()
-      local owner = require "sbx.owner"
+      local owner = require "sbx.state.owner"
       local made = {}
       finally(function() for _, t in ipairs(made) do t.cleanup() end end)   -- one finally per test
       for mode, says in pairs{ ["not-darwin"] = "safehouse requires macOS (Darwin) to execute commands under "

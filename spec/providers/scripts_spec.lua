@@ -3,9 +3,9 @@
 -- restricted to their environment, configured through their own schema,
 -- reloaded when they change, and checked by `sbxlua provider check`.
 local sbx = require "sbx"
-local config = require "sbx.config"
+local config = require "sbx.core.config"
 local providers = require "sbx.providers"
-local router = require "sbx.router"
+local router = require "sbx.routing"
 local fs = require "sbx.fs"
 local loop = require "sbx.loop"
 local stream = require "sbx.stream"
@@ -274,7 +274,7 @@ end]]
     router.reset()
     local d = sbx.providers().cfgd
     assert.is_true(d.available, d.reason)
-    local b64 = require("sbx.provider_script").base64.encode(assert(os.getenv("HOME")))
+    local b64 = require("sbx.providers.script").base64.encode(assert(os.getenv("HOME")))
     assert.matches(("authorization: bearer " .. b64):lower(), seen:lower(), 1, true)
     assert.equal("hey", providers.get("cfgd").doctor()[1].what)
     local e = err_of(providers.get("cfgd").read_path_env)

@@ -7,8 +7,8 @@
 local sbx = require "sbx"
 local S = require "spec.support"
 local TL = require "spec.support.standin.tensorlake"
-local config = require "sbx.config"
-local router = require "sbx.router"
+local config = require "sbx.core.config"
+local router = require "sbx.routing"
 local proc = require "sbx.proc"
 local http = require "sbx.http"
 local json = require "cjson"
@@ -37,7 +37,7 @@ end
 local function fresh()
   standin:clear_faults()
   router.reset()
-  require("sbx.health").reset()     -- a 429 of one case throttles the next
+  require("sbx.routing.health").reset()     -- a 429 of one case throttles the next
   config.use{}
 end
 

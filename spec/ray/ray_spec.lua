@@ -12,7 +12,7 @@ local env = R.gate("ray provider")
 if not env then return end
 teardown(R.release)
 
-local HOST = require("sbx.owner").hostname()
+local HOST = require("sbx.state.owner").hostname()
 local BOX = env.SBX_RAY_TMP .. "/sbxlua-ray-" .. S.host("id -u"):gsub("%s+", "")
 
 local function sid(id) return "sbxlua-" .. HOST .. "-" .. id end

@@ -3,7 +3,7 @@
 -- the cheaper local first), every sandbox works, the ledger counts each
 -- provider's.
 local sbx = require "sbx"
-local router = require "sbx.router"
+local router = require "sbx.routing"
 local S = require "spec.support"
 local R = require "spec.support.ray"
 

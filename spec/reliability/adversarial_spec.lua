@@ -10,8 +10,8 @@ local IMAGE = os.getenv("SBX_TEST_IMAGE") or "sbxlua-test:bookworm"
 local STATE = (os.getenv("SBX_STATE_DIR") or "/tmp") .. "/adv-" .. proc.getpid()
 
 local BACKENDS = { { "local", {} } }
-if require("sbx.backends.bwrap").available() then BACKENDS[#BACKENDS + 1] = { "bwrap", {} } end
-if require("sbx.backends.docker").available() then BACKENDS[#BACKENDS + 1] = { "docker", { image = IMAGE } } end
+if require("sbx.providers.builtin.bwrap").available() then BACKENDS[#BACKENDS + 1] = { "bwrap", {} } end
+if require("sbx.providers.builtin.docker").available() then BACKENDS[#BACKENDS + 1] = { "docker", { image = IMAGE } } end
 
 local survivors = require("spec.support").pgrep
 
@@ -94,14 +94,14 @@ describe("adversarial commands", function()
     if after then after(sb) end
   end
 
-  local bwrap = require "sbx.backends.bwrap"
+  local bwrap = require "sbx.providers.builtin.bwrap"
   if bwrap.available() and bwrap.descriptor.limits.pids then
     it("a fork bomb dies with its timeout, whole (bwrap: the pids controller bounds it)", function()
-      local limits = require "sbx.limits"
+      local limits = require "sbx.providers.builtin.limits"
       real_bomb("bwrap", {}, function(sb)
         local how = limits.controllers().pids
         if how.v == 1 then   -- the limit was hit: forks were refused (pids.events "max N")
-          local f = assert(io.open(how.dir .. "/" .. require("sbx.owner").session_id() .. "/" .. sb.id .. "/pids.events"))
+          local f = assert(io.open(how.dir .. "/" .. require("sbx.state.owner").session_id() .. "/" .. sb.id .. "/pids.events"))
           local refused = tonumber(f:read("a"):match("max (%d+)"))
           f:close()
           assert.is_true(refused > 0, "no fork was refused: the bomb was not bounded by pids.max")
@@ -132,7 +132,7 @@ describe("adversarial commands", function()
     end
   end
 
-  if require("sbx.backends.docker").available() then
+  if require("sbx.providers.builtin.docker").available() then
     it("a fork bomb dies with its timeout, whole (docker: PidsLimit bounds it)", function()
       real_bomb("docker", { image = IMAGE })
     end)

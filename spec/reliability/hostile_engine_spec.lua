@@ -330,7 +330,7 @@ end)
 describe("a sandbox tree whose links escape only together", function()
   local sbx = require "sbx"
   local backends = { "local" }
-  if require("sbx.backends.bwrap").available() then backends[2] = "bwrap" end
+  if require("sbx.providers.builtin.bwrap").available() then backends[2] = "bwrap" end
   local tmp
   setup(function() tmp = assert(fs.mkdtemp("/tmp", "sbxtogether")) end)
   teardown(function() fs.rmtree(tmp) end)
@@ -348,7 +348,7 @@ describe("a sandbox tree whose links escape only together", function()
     end)
   end
   it("paths.link_escapes: a '..' after a name may leave, a leading one is counted", function()
-    local paths = require "sbx.paths"
+    local paths = require "sbx.core.paths"
     assert.is_true(paths.link_escapes("l", "x/.."))
     assert.is_true(paths.link_escapes("a/l", "y/../.."))
     assert.is_true(paths.link_escapes("a/l", "../.."))

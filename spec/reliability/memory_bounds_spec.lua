@@ -67,7 +67,7 @@ local function measure(backend, what, src, dst)
   local before, peak, moved = out:match("^(%d+)\t(%d+)\t(%d+)\n$")
   assert(before, backend .. " " .. what .. ": " .. out)
   -- docker's archives and big reads pass through spool files: none stays
-  local left = fs.list_host(require("sbx.owner").state_dir() .. "/spool") or {}
+  local left = fs.list_host(require("sbx.state.owner").state_dir() .. "/spool") or {}
   assert.same({}, left, "spool files left behind")
   print(string.format("  %-6s %-12s peak RSS %6.1f MB (before the transfer %5.1f MB)", backend, what,
                       tonumber(peak) / 1024, tonumber(before) / 1024))
@@ -83,8 +83,8 @@ end
 
 local function backends()
   local out = { "local" }
-  if require("sbx.backends.bwrap").available() then out[#out + 1] = "bwrap" end
-  if require("sbx.backends.docker").available() then out[#out + 1] = "docker" end
+  if require("sbx.providers.builtin.bwrap").available() then out[#out + 1] = "bwrap" end
+  if require("sbx.providers.builtin.docker").available() then out[#out + 1] = "docker" end
   return out
 end
 

@@ -1,10 +1,10 @@
--- Admission feedback (lua/sbx/health.lua): a 429 (RateLimitError) lowers
+-- Admission feedback (lua/sbx/routing/health.lua): a 429 (RateLimitError) lowers
 -- the provider's admitted create rate, once per burst, with a pause of its
 -- Retry-After; successes give it back until the throttle is gone. A quota
 -- answer (QuotaExceededError) is not a rate and leaves it alone.
-local health = require "sbx.health"
-local config = require "sbx.config"
-local errors = require "sbx.errors"
+local health = require "sbx.routing.health"
+local config = require "sbx.core.config"
+local errors = require "sbx.core.errors"
 
 describe("admission after a 429", function()
   local now

@@ -6,8 +6,8 @@
 -- --explain` naming every provider with its reason.
 local sbx = require "sbx"
 local proc = require "sbx.proc"
-local router = require "sbx.router"
-local errors = require "sbx.errors"
+local router = require "sbx.routing"
+local errors = require "sbx.core.errors"
 local json = require "cjson"
 local S = require "spec.support"
 
@@ -59,7 +59,7 @@ end)
 before_each(function()
   sbx.config(CONFIG)
   router.reset()
-  require("sbx.health").reset()
+  require("sbx.routing.health").reset()
   e2b:clear_faults()
   tl:clear_faults()
   dt:clear()
@@ -76,7 +76,7 @@ describe("routing over local, docker and the cloud stand-ins", function()
     for _, n in ipairs{ "local", "docker", table.unpack(CLOUDS) } do
       assert.is_true(ps[n].available, n .. ": " .. tostring(ps[n].reason))
     end
-    local prices = require("sbx.meter").PRICES
+    local prices = require("sbx.routing.meter").PRICES
     assert.equal(0.0504, prices.e2b.per_vcpu_hour)
     assert.equal(0.05, prices.tensorlake.per_vcpu_hour)
   end)

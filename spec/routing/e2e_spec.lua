@@ -3,9 +3,9 @@
 -- engine, max_concurrent spilling to local, and the ledger of real sandboxes.
 local sbx = require "sbx"
 local proc = require "sbx.proc"
-local errors = require "sbx.errors"
-local docker = require "sbx.backends.docker"
-local router = require "sbx.router"
+local errors = require "sbx.core.errors"
+local docker = require "sbx.providers.builtin.docker"
+local router = require "sbx.routing"
 local json = require "cjson"
 local S = require "spec.support"
 
@@ -106,7 +106,7 @@ describe("routing on real backends", function()
     assert.is_true(byl.groups["suite=e2e"].sandboxes >= 2)
     -- and the CLI reads the same ledger
     local p = assert(proc.spawn{ argv = { BIN, "usage", "--json", "--since", "1h" }, timeout = 30,
-      env = { "PATH=/usr/bin:/bin", "HOME=" .. DIR, "SBX_STATE_DIR=" .. require("sbx.owner").state_dir() } })
+      env = { "PATH=/usr/bin:/bin", "HOME=" .. DIR, "SBX_STATE_DIR=" .. require("sbx.state.owner").state_dir() } })
     local r = p:wait()
     assert.equal(0, r.exit_code, r.stderr)
     assert.is_true(json.decode(r.stdout).groups.docker.sandboxes >= 1)

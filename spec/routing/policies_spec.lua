@@ -4,8 +4,8 @@
 package.path = (os.getenv("SBX_SOURCE_DIR") or ".") .. "/spec/routing/?.lua;" .. package.path
 local S = require "support"
 local sbx = require "sbx"
-local health = require "sbx.health"
-local policy = require "sbx.policy"
+local health = require "sbx.routing.health"
+local policy = require "sbx.routing.policy"
 local proc = require "sbx.proc"
 
 local ALL = { "fa", "fb", "fc" }

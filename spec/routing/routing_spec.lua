@@ -3,10 +3,10 @@
 package.path = (os.getenv("SBX_SOURCE_DIR") or ".") .. "/spec/routing/?.lua;" .. package.path
 local S = require "support"
 local sbx = require "sbx"
-local errors = require "sbx.errors"
-local health = require "sbx.health"
-local router = require "sbx.router"
-local meter = require "sbx.meter"
+local errors = require "sbx.core.errors"
+local health = require "sbx.routing.health"
+local router = require "sbx.routing"
+local meter = require "sbx.routing.meter"
 local loop = require "sbx.loop"
 local json = require "cjson"
 
@@ -319,7 +319,7 @@ describe("the decision log", function()
     S.fake("fa", { fail = err("SandboxCreationError", "nope (HTTP 503)") })
     S.fake("fb")
     local sb <close> = sbx.sandbox{ only = { "fa", "fb" }, policy = "cheapest", labels = { k = "v" } }
-    local f = assert(io.open(require("sbx.owner").state_dir() .. "/decisions.jsonl"))
+    local f = assert(io.open(require("sbx.state.owner").state_dir() .. "/decisions.jsonl"))
     local last
     for line in f:lines() do last = line end
     f:close()

@@ -2,11 +2,11 @@
 -- deterministic (their behaviour is a table the spec edits), with the
 -- clock of sbx.health injected.
 local providers = require "sbx.providers"
-local health = require "sbx.health"
-local router = require "sbx.router"
-local policy = require "sbx.policy"
-local config = require "sbx.config"
-local meter = require "sbx.meter"
+local health = require "sbx.routing.health"
+local router = require "sbx.routing"
+local policy = require "sbx.routing.policy"
+local config = require "sbx.core.config"
+local meter = require "sbx.routing.meter"
 local loop = require "sbx.loop"
 
 local S = {}

@@ -4,9 +4,9 @@
 -- per backend what works and how to fix what does not.
 local sbx = require "sbx"
 local proc = require "sbx.proc"
-local selftest = require "sbx.selftest"
-local bwrap = require "sbx.backends.bwrap"
-local docker = require "sbx.backends.docker"
+local selftest = require "sbx.cli.selftest"
+local bwrap = require "sbx.providers.builtin.bwrap"
+local docker = require "sbx.providers.builtin.docker"
 local json = require "cjson"
 local S = require "spec.support"
 

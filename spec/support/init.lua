@@ -74,6 +74,21 @@ function S.expect_fds(base, extra)
   assert.equal(want, n, "before:\n" .. base.list .. "after:\n" .. S.fd_list())
 end
 
+---fails(code, ok, msg, got) -> msg: a core module's `nil, msg, code`
+---failure with this code (or one of a list of codes).
+function S.fails(code, ok, msg, got)
+  assert.is_nil(ok, "expected a failure, got " .. tostring(ok))
+  assert.is_string(msg)
+  if type(code) == "table" then
+    local hit = false
+    for _, c in ipairs(code) do hit = hit or c == got end
+    assert.is_true(hit, "code " .. tostring(got) .. " (" .. msg .. ")")
+  else
+    assert.are.equal(code, got, msg)
+  end
+  return msg
+end
+
 -- ------------------------------------------------------------ host
 
 ---host(cmd) -> stdout and stderr of a shell command, its exit status.
@@ -82,6 +97,15 @@ function S.host(cmd)
   local out = f:read("a")
   local _, _, status = f:close()
   return out, status
+end
+
+---stdout(cmd) -> what a shell command wrote to stdout (stderr goes where
+---the spec's goes; the status is not looked at: see host for that).
+function S.stdout(cmd)
+  local f = io.popen(cmd)
+  local out = f:read("a")
+  f:close()
+  return out
 end
 
 ---shq(s) -> s quoted for sh.
@@ -207,7 +231,7 @@ end
 -- ------------------------------------------------------------ gates
 
 ---image_present(name) -> whether the engine has the image.
-function S.image_present(name) return require("sbx.backends.docker").has_image(name) == true end
+function S.image_present(name) return require("sbx.providers.builtin.docker").has_image(name) == true end
 
 local REQUIRE = { docker = "SBX_REQUIRE_DOCKER", bwrap = "SBX_REQUIRE_BWRAP" }
 
@@ -218,7 +242,7 @@ local REQUIRE = { docker = "SBX_REQUIRE_DOCKER", bwrap = "SBX_REQUIRE_BWRAP" }
 ---unavailable one is an error, never a skip.
 function S.available(what, image)
   if what == "modal" then return require("spec.support.modal").available() end   -- its own rule (SBX_REQUIRE_MODAL)
-  local ok, why = require("sbx.backends." .. what).available()
+  local ok, why = require("sbx.providers.builtin." .. what).available()
   if ok and image and not S.image_present(image) then
     ok, why = false, "test image " .. image .. " is missing (images/test/build.sh)"
   end

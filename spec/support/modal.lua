@@ -28,7 +28,7 @@ function M.available()
   elseif not (os.getenv("MODAL_TOKEN_ID") and os.getenv("MODAL_TOKEN_SECRET")) then
     why = "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET are not set (ctest sets test values for the stand-in)"
   else
-    local ok, bwhy = require("sbx.backends.bwrap").available()
+    local ok, bwhy = require("sbx.providers.builtin.bwrap").available()
     if not ok then why = "the stand-in runs its sandboxes under bwrap: " .. tostring(bwhy) end
   end
   assert(not why or os.getenv("SBX_REQUIRE_MODAL") ~= "1", "modal is required here but unavailable: " .. tostring(why))
@@ -70,7 +70,7 @@ function M.configure(s, extra)
               server_url_env = "MODAL_SERVER_URL", app = "sbxlua", image = "python:3.12-slim-bookworm",
               workdir = "/workspace" }
   for k, v in pairs(extra or {}) do c[k] = v end
-  require("sbx.config").use{ providers = { modal = c } }
+  require("sbx.core.config").use{ providers = { modal = c } }
 end
 
 ---The calls the stand-in logged so far: a list of { method, request, code }.

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define AGENT_PROTOCOL 2
+#define AGENT_PROTOCOL 3
 #define AGENT_HDR 9                              /* u32 len, u8 type, u32 id */
 #define AGENT_MAX_FRAME (16u * 1024 * 1024 + 5)  /* the largest len */
 

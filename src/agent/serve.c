@@ -108,10 +108,10 @@ void serve_send(server *s, char type, uint32_t id, const void *a, size_t an,
   s->queued += m->len;
 }
 
-/* s4 message (and nothing else): E, or the start of Z after the errno. */
+/* s4 message (and nothing else): E, or the end of Z after the errno name. */
 static void send_text(server *s, char type, uint32_t id, const unsigned char *pre,
                       size_t npre, const char *text) {
-  unsigned char buf[4 + 4 + TEXT_MAX];
+  unsigned char buf[4 + 32 + 4 + TEXT_MAX];   /* pre: at most an s4 errno name */
   size_t n = strlen(text);
   if (n > TEXT_MAX) n = TEXT_MAX;
   unsigned char *p = buf;
@@ -122,12 +122,13 @@ static void send_text(server *s, char type, uint32_t id, const unsigned char *pr
 
 void serve_done(server *s, uint32_t id, int err, const char *path,
                 const char *why) {
-  unsigned char e[4];
+  unsigned char e[4 + 32];
   char text[TEXT_MAX + 1];
-  agent_put_u32(e, (uint32_t)err);
+  const char *name = serve_errno_name(err);
+  size_t n = (size_t)(agent_put_str(e, name, strlen(name)) - e);
   if (err) snprintf(text, sizeof text, "%s: %s", path, why ? why : strerror(err));
   else text[0] = '\0';
-  send_text(s, 'Z', id, e, 4, text);
+  send_text(s, 'Z', id, e, n, text);
 }
 
 static void send_error(server *s, uint32_t id, const char *text) {
@@ -189,12 +190,28 @@ static void close_fd(int *fd) {
   *fd = -1;
 }
 
+/* The name of an errno value ("ENOENT"): names mean the same on every
+** architecture, numbers do not. "" for 0, "EUNKNOWN" for one glibc does not name. */
+const char *serve_errno_name(int err) {
+  if (!err) return "";
+  const char *name = strerrorname_np(err);
+  return name ? name : "EUNKNOWN";
+}
+
+/* X: kind, n, truncated, errno. A command that never started (noexec,
+** nocwd) carries its errno by name and n = 0; the others have errno "". */
 static void send_exit(server *s, uint32_t id, int kind, int n, int truncated) {
-  unsigned char buf[32], *p;
+  unsigned char buf[96], *p;
   const char *name = sup_kind_name(kind);
+  const char *err = "";
+  if (kind == SUP_NOEXEC || kind == SUP_NOCWD) {
+    err = serve_errno_name(n);
+    n = 0;
+  }
   p = agent_put_str(buf, name, strlen(name));
   p = agent_put_u32(p, (uint32_t)n);
   *p++ = (unsigned char)(truncated ? 1 : 0);
+  p = agent_put_str(p, err, strlen(err));
   serve_send(s, 'X', id, buf, (size_t)(p - buf), NULL, 0);
 }
 

@@ -42,10 +42,12 @@ typedef struct server {
 /* Queue a frame whose payload is a then b. */
 void serve_send(server *s, char type, uint32_t id, const void *a, size_t an,
                 const void *b, size_t bn);
-/* Queue Z: success when err is 0, else errno and "<path>: <why>" (why
-** NULL: strerror). */
+/* Queue Z: success ("", "") when err is 0, else the errno's name and
+** "<path>: <why>" (why NULL: strerror). */
 void serve_done(server *s, uint32_t id, int err, const char *path,
                 const char *why);
+/* "ENOENT" for ENOENT, "" for 0, "EUNKNOWN" for a value with no name. */
+const char *serve_errno_name(int err);
 
 /* servefs.c: r w l d m s. r starts a read that fs_step advances one D
 ** frame at a time, so that a big file respects OUT_LIMIT. */

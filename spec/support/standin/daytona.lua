@@ -318,7 +318,7 @@ function M.start(o)
   local apidoc, tbdoc = M.documents(o.source or os.getenv("SBX_SOURCE_DIR") or root)
   local backend = o.backend
   if not backend then
-    local ok, b = pcall(require, "sbx.backends.bwrap")
+    local ok, b = pcall(require, "sbx.providers.builtin.bwrap")
     backend = (ok and b.available and b.available()) and "bwrap" or "local"
   end
   local self = setmetatable({ key = o.key or "standin-key", max_cpu = o.max_cpu or 16, polls = o.polls or 3,

@@ -280,7 +280,7 @@ function M.serve(o)
   if not api then return nil, why end
   local backend = o.backend
   if not backend and not o.scale then
-    backend = require("sbx.backends.bwrap").available() and "bwrap" or "local"
+    backend = require("sbx.providers.builtin.bwrap").available() and "bwrap" or "local"
   end
   local self = setmetatable({ api = api, api_key = o.api_key or "e2b_standin", backend = backend,
                               scale = o.scale, rate = o.rate, split = o.split, max_concurrent = o.max_concurrent,

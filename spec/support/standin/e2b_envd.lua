@@ -8,7 +8,7 @@
 -- Each call runs for real in the sandbox's sbx sandbox (`box.sb`).
 local loop = require "sbx.loop"
 local json = require("cjson.safe").new()
-local b64 = require("sbx.provider_script").base64
+local b64 = require("sbx.providers.script").base64
 
 local M = {}
 

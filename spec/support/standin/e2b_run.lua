@@ -92,12 +92,12 @@ end
 ---Point this process's e2b provider at the stand-in `s`.
 ---(`routing`: the config's routing section, e.g. { admission_wait_secs = 0 }.)
 function M.use(s, extra, routing)
-  local config = require "sbx.config"
+  local config = require "sbx.core.config"
   local e2b = { api_key_env = M.KEY_VAR, api_url_env = "E2B_API_URL", sandbox_url_env = "E2B_SANDBOX_URL",
                 api_url = s.url, sandbox_url = s.url }
   for k, v in pairs(extra or {}) do e2b[k] = v end
   config.use{ providers = { e2b = e2b }, routing = routing }
-  require("sbx.router").reset()
+  require("sbx.routing").reset()
 end
 
 return M

@@ -307,7 +307,7 @@ function M.serve(o)
                             max = o.max_sandboxes, pending = o.pending or 0.05,
                             state = o.state or os.getenv("SBX_STATE_DIR") or "/tmp" }, Standin)
   if not o.backend then
-    local ok, bw = pcall(require, "sbx.backends.bwrap")
+    local ok, bw = pcall(require, "sbx.providers.builtin.bwrap")
     st.backend = (ok and bw.available()) and "bwrap" or "local"
   else
     st.backend = o.backend

@@ -27,11 +27,8 @@ local SCHEMA = {
   bridge = { type = "string", help = "the path of " .. BRIDGE .. " (default: next to sbxlua, or on $PATH)" },
 }
 
-local function fail(kind, msg, fields)
-  fields = fields or {}
-  fields.backend = NAME
-  errors.raise(kind, "modal: " .. msg, fields)
-end
+-- every error names the provider, in its fields and its message
+local fail = errors.raiser(NAME, NAME .. ": ")
 
 -- The bridge's whole environment: where the API is, and no config file of
 -- the user's (the credentials come with each request, from sbx.yaml's names).

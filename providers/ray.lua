@@ -112,11 +112,8 @@ while True:
 local NAME = "ray"
 local TERMINAL = { STOPPED = true, SUCCEEDED = true, FAILED = true }
 
-local function fail(kind, msg, f)
-  f = f or {}
-  f.backend = NAME
-  errors.raise(kind, "ray: " .. msg, f)
-end
+-- every error names the provider, in its fields and its message
+local fail = errors.raiser(NAME, NAME .. ": ")
 
 local function address()
   local c = config()
@@ -411,8 +408,8 @@ local function resolve(h, path, op)
   return "/" .. table.concat(parts, "/")
 end
 
-local ERRNAME = { [1] = "EPERM", [2] = "ENOENT", [13] = "EACCES", [17] = "EEXIST", [20] = "ENOTDIR",
-                  [21] = "EISDIR", [22] = "EINVAL", [27] = "EFBIG", [39] = "ENOTEMPTY", [40] = "ELOOP" }
+-- What the agent's errno names mean here (its replies carry names).
+local NOT_A_PATH = { ENOTDIR = true, EISDIR = true, ENOTEMPTY = true, EEXIST = true, ELOOP = true }
 
 local function link(h, op)
   if h.gone then fail("SandboxNotFoundError", "sandbox " .. h.id .. " was destroyed", { op = op }) end
@@ -426,14 +423,11 @@ local function link(h, op)
 end
 
 local function file_error(h, op, p, errno, msg)
-  if errno == -2 then link(h, op) end      -- the link broke: say why
-  local code = ERRNAME[errno]
-  if errno == 2 then fail("FileNotFoundError", op .. ": " .. p .. ": No such file or directory", { op = op, errno = code }) end
-  if errno == 27 then fail("SandboxExecutionError", op .. ": " .. tostring(msg), { op = op, code = "ETOOBIG" }) end
-  if errno == 20 or errno == 21 or errno == 39 or errno == 17 or errno == 40 then
-    fail("PathError", op .. ": " .. tostring(msg), { op = op, code = code })
-  end
-  fail("SandboxExecutionError", op .. ": " .. tostring(msg), { op = op, code = code })
+  if errno == "BROKEN" then link(h, op) end      -- the link broke: say why
+  if errno == "ENOENT" then fail("FileNotFoundError", op .. ": " .. p .. ": No such file or directory", { op = op, errno = errno }) end
+  if errno == "EFBIG" then fail("SandboxExecutionError", op .. ": " .. tostring(msg), { op = op, code = "ETOOBIG" }) end
+  if NOT_A_PATH[errno] then fail("PathError", op .. ": " .. tostring(msg), { op = op, code = errno }) end
+  fail("SandboxExecutionError", op .. ": " .. tostring(msg), { op = op, code = errno })
 end
 
 -- ------------------------------------------------------------ operations
@@ -670,7 +664,7 @@ return {
     local l = link(h, "write_file")
     mode = mode or tonumber("644", 8)
     local ok, errno, msg = l:write_file(p, data, mode)
-    if not ok and errno == 2 then
+    if not ok and errno == "ENOENT" then
       local dok, derr, dmsg = l:mkdir(dirname(p) ~= "" and dirname(p) or "/")
       if not dok then file_error(h, "write_file", p, derr, dmsg) end
       ok, errno, msg = l:write_file(p, data, mode)
@@ -704,7 +698,7 @@ return {
     local p = resolve(h, path, "remove")
     if p == "/" then fail("PathError", "remove: refusing to remove /", { op = "remove" }) end
     local ok, errno, msg = link(h, "remove"):remove(p, recursive)
-    if not ok and errno == 39 then fail("PathError", "remove: " .. p .. ": directory not empty", { op = "remove" }) end
+    if not ok and errno == "ENOTEMPTY" then fail("PathError", "remove: " .. p .. ": directory not empty", { op = "remove" }) end
     if not ok then file_error(h, "remove", p, errno, msg) end
   end,
   -- gc: every job of this host, found by its submission_id prefix.

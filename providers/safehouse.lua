@@ -24,11 +24,8 @@ local SEARCH = "/opt/homebrew/bin:/usr/local/bin:/usr/bin:/bin"
 local TOOLS_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
 local VALID_NAME = "^[A-Za-z_][A-Za-z0-9_]*$"     -- safehouse_validate_env_var_name
 
-local function fail(kind, msg, fields)
-  fields = fields or {}
-  fields.backend = NAME
-  errors.raise(kind, "safehouse: " .. msg, fields)
-end
+-- every error names the provider, in its fields and its message
+local fail = errors.raiser(NAME, NAME .. ": ")
 
 -- The program to run, or nil and why not.
 local function program()

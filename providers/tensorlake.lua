@@ -39,11 +39,8 @@ local SIGNO = { SIGHUP = 1, SIGINT = 2, SIGQUIT = 3, SIGKILL = 9, SIGUSR1 = 10, 
                 SIGPIPE = 13, SIGALRM = 14, SIGTERM = 15, SIGCONT = 18, SIGSTOP = 19 }
 
 
-local function fail(kind, msg, fields)
-  fields = fields or {}
-  fields.backend = NAME
-  errors.raise(kind, NAME .. ": " .. msg, fields)
-end
+-- every error names the provider, in its fields and its message
+local fail = errors.raiser(NAME, NAME .. ": ")
 
 local SCHEMA     -- config_schema, below
 local cfg = config

@@ -122,11 +122,11 @@ end
 ---typed error with fields.backend = `backend` (fields is taken as given).
 ---@param backend string
 ---@return fun(kind: string, message: string, fields?: table)
-function M.raiser(backend)
+function M.raiser(backend, prefix)
   return function(kind, message, fields)
     fields = fields or {}
     fields.backend = backend
-    M.raise(kind, message, fields)
+    M.raise(kind, prefix and (prefix .. tostring(message)) or message, fields)
   end
 end
 

@@ -126,7 +126,7 @@ function M.environment(name)
     return blob, require("sbx.daemon.link").hash(blob)
   end
   env.timer = { sleep = loop.sleep, now = loop.now }
-  env.errors = { raise = errors.raise, is = errors.is, new = errors.new }
+  env.errors = { raise = errors.raise, is = errors.is, new = errors.new, raiser = errors.raiser }
   local agentlink = require "sbx.daemon.link"
   env.agentlink = { open = agentlink.open, result = agentlink.result }
   -- The base of a ProcessHandle (output caps, read queue, result, close).

@@ -1,3 +1,4 @@
+-- One file (~590 lines): a provider script cannot `require`; the contract is one file per provider.
 -- E2B (https://e2b.dev): Firecracker microVMs from templates, driven over
 -- its two HTTP APIs (../docs/providers.md; wire facts in NOTES.md, "E2B"):
 -- the control plane (E2B_API_URL, X-API-Key) creates, lists, snapshots

@@ -1,3 +1,4 @@
+-- One file (~710 lines): a provider script cannot `require`; the contract is one file per provider.
 -- Tensorlake sandboxes (microVMs) over their HTTP API: the control plane at
 -- TENSORLAKE_API_URL (https://api.tensorlake.ai) creates, polls, snapshots
 -- and deletes; each running sandbox's daemon at the `sandbox_url` the

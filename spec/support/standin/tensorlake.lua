@@ -1,3 +1,4 @@
+-- One file (~430 lines): the control plane; the daemon is tensorlake_daemon.lua.
 -- A stand-in for Tensorlake's sandbox API on loopback: the control plane
 -- (tensorlakeai/tensorlake crates/cloud-sdk/src/sandboxes/, SandboxesClient:
 -- flat /sandboxes... as api.tensorlake.ai serves it, and the namespaced

@@ -126,13 +126,15 @@ describe("docker outage", function()
     { "create", [[
       print("ready") io.stdout:flush()
       for _ = 1, 50 do sbx.sandbox("docker", { image = os.getenv("SBX_TEST_IMAGE") }) end
-    ]], 0.3, "SandboxConnectionError" },
+    ]], 0.3, { "SandboxConnectionError",
+                -- cut between two creates: the next one finds the socket gone
+                "BackendNotInstalledError: no Docker socket at" } },
     { "copy", [[
       local sb = sbx.sandbox("docker", { image = os.getenv("SBX_TEST_IMAGE") })
       local big = string.rep("x", 8 << 20)
       print("ready") io.stdout:flush()
       for i = 1, 1000 do sb:write_file("big" .. i, big) assert(#sb:read_file("big" .. i) == #big) end
-    ]], 0.3, "SandboxConnectionError" },
+    ]], 0.3, { "SandboxConnectionError" } },
   } do
     it("the engine vanishing during a " .. case[1] .. " gives a typed error, no hang, and gc cleans up", function()
       local sock = dir .. "/engine-" .. case[1] .. ".sock"
@@ -145,7 +147,9 @@ describe("docker outage", function()
       local r = p:wait()
       assert.is_true(loop.now() - t0 < 30, "the job hung after the engine went away")
       assert.equal(1, r.exit_code, r.stderr)
-      assert.matches(case[4], r.stderr)
+      local typed = false
+      for _, kind in ipairs(case[4]) do typed = typed or r.stderr:find(kind, 1, true) ~= nil end
+      assert.is_true(typed, r.stderr)
       assert.is_nil(r.stderr:find("attempt to", 1, true), r.stderr)      -- no untyped Lua error
       gc_cleans_up(dir .. "/state")
     end)

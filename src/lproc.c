@@ -342,6 +342,7 @@ static void proc_release(proc *p) {
 
 /* The child runs (p->pid, p->pidfd): watch its pipes and its exit. */
 static void proc_started(proc *p) {
+  p->pidfd = sbx_fd_park(p->pidfd);   /* long-lived: out of the children's way */
   p->out.w.cb = p->err.w.cb = stream_cb;
   sbx_watch_set(p->lp, &p->out.w, p->out.fd, EPOLLIN);
   sbx_watch_set(p->lp, &p->err.w, p->err.fd, EPOLLIN);
@@ -758,9 +759,9 @@ static int proc_spawn(lua_State *L) {
     if (fds[2][0] >= 0) { close(fds[2][0]); fds[2][0] = -1; }
   }
 
-  p->out.fd = fds[0][0];
-  p->err.fd = fds[1][0];
-  p->infd = fds[2][1];
+  p->out.fd = sbx_fd_park(fds[0][0]);
+  p->err.fd = sbx_fd_park(fds[1][0]);
+  p->infd = fds[2][1] >= 0 ? sbx_fd_park(fds[2][1]) : -1;
   fds[0][0] = fds[1][0] = fds[2][1] = -1;
   lua_pushvalue(L, 6);
   p->selfref = luaL_ref(L, LUA_REGISTRYINDEX);

@@ -9,6 +9,14 @@
 ** borrows our memory. Returning from a clone onto a new stack needs a few
 ** instructions of assembly; other architectures use fork-style clones
 ** (same semantics, slower).
+**
+** The fd table: a plain clone copies all of it (a reference taken on every
+** open file) and execve then closes every copy again, so with a thousand
+** sandboxes open each command paid for a thousand fds twice. Instead the
+** child shares our table (CLONE_FILES) and, as its first act, takes a copy
+** of only the fds below the highest one it needs (close_range with
+** CLOSE_RANGE_UNSHARE). sbx_fd_park keeps the many long-lived fds above
+** that low range, so the copy stays a few dozen fds whatever runs.
 */
 #include <errno.h>
 #include <fcntl.h>
@@ -123,6 +131,12 @@ static int join_cgroup(int cgroup_fd) {
 static int child(void *arg) {
   sbx_spawn_req *r = arg;
   sigset_t none;
+  /* first of all, before any fd changes: our own table (see the top) */
+  if (r->keep_below > 0 &&
+      syscall(SYS_close_range, (unsigned)r->keep_below, ~0U, CLOSE_RANGE_UNSHARE) < 0) {
+    r->stage = 7;
+    goto fail;
+  }
   for (size_t i = 0; i < sizeof reset_signals / sizeof *reset_signals; i++)
     if (!r->ignored || sigismember(r->ignored, reset_signals[i]) == 1)
       signal(reset_signals[i], SIG_DFL);
@@ -226,12 +240,51 @@ static pid_t spawn_forked(sbx_spawn_req *r, struct clone_args *ca, int *pidfd, i
 
 static int refused(int err) { return err == ENOSYS || err == EPERM; }
 
+/* 1 + the highest fd the child needs, at least 3 (its stdio). */
+static int fds_needed(const sbx_spawn_req *r) {
+  int k = 2;
+  const int *lists[] = {r->fds, r->join_fds, r->ns_fds};
+  const int counts[] = {r->nfds, r->njoin, r->nns};
+  int one[] = {r->in, r->out, r->err, r->cgroup_fd};
+  for (size_t i = 0; i < sizeof one / sizeof *one; i++)
+    if (one[i] > k) k = one[i];
+  for (int l = 0; l < 3; l++)
+    for (int i = 0; i < counts[l]; i++)
+      if (lists[l][i] > k) k = lists[l][i];
+  return k + 1;
+}
+
+/* Whether children may share the fd table until they copy their part:
+** 1 yes, 0 no (close_range's CLOSE_RANGE_UNSHARE, Linux 5.9, refused by
+** the kernel or a seccomp filter: the first child that meets it says so,
+** and we clone the whole table from then on). */
+static volatile int share_files = 1;
+
+/* Above this the parked fds go; the low numbers below stay for what a
+** child needs. 0: not yet computed, -1: parking is off (fd limit too low). */
+#define PARK_LOW 64
+static int park_base;
+
+int sbx_fd_park(int fd) {
+  if (fd < PARK_LOW) return fd;
+  if (park_base == 0) {
+    struct rlimit rl;
+    park_base = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur >= 1024 ? 256 : -1;
+  }
+  if (park_base < 0 || fd >= park_base) return fd;
+  int moved = fcntl(fd, F_DUPFD_CLOEXEC, park_base);
+  if (moved < 0) return fd;        /* EMFILE: it works where it is */
+  close(fd);
+  return moved;
+}
+
 pid_t sbx_spawn(sbx_spawn_req *r, int *pidfd) {
   struct clone_args ca;
   memset(&ca, 0, sizeof ca);
   r->stage = r->err_no = 0;
   r->report = -1;
   r->legacy = 0;
+  r->keep_below = 0;
   r->parent = getpid();
   *pidfd = -1;
   ca.flags = CLONE_PIDFD | (r->cgroup_fd >= 0 ? CLONE_INTO_CGROUP : 0);
@@ -241,14 +294,17 @@ pid_t sbx_spawn(sbx_spawn_req *r, int *pidfd) {
   pid_t pid;
 #ifdef SBX_CLONE_TRAMPOLINE
   _Alignas(16) char stack[32768];
+again:;
   struct clone_args va = ca;
-  va.flags |= CLONE_VM | CLONE_VFORK;
+  r->keep_below = share_files ? fds_needed(r) : 0;
+  va.flags |= CLONE_VM | CLONE_VFORK | (r->keep_below ? CLONE_FILES : 0);
   va.stack = (uint64_t)(uintptr_t)stack;
   va.stack_size = sizeof stack;
   pid = (pid_t)sbx_clone_raw(SYS_clone3, (long)&va, (long)sizeof va, 0, child, r);
   if (pid < 0 && refused(-pid)) {
     r->legacy = 1;                 /* the child joins its cgroup itself */
-    pid = (pid_t)sbx_clone_raw(SYS_clone, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
+    pid = (pid_t)sbx_clone_raw(SYS_clone, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD |
+                               (r->keep_below ? CLONE_FILES : 0),
                                (long)(stack + sizeof stack), (long)pidfd, child, r);
   }
   if (pid < 0) {
@@ -264,9 +320,19 @@ pid_t sbx_spawn(sbx_spawn_req *r, int *pidfd) {
   ** pipe told us. (A later failure shows up as an exit: lproc.c's reap.) */
   if (r->stage) {
     siginfo_t si;
+    int stage = r->stage;
     waitid(P_PIDFD, *pidfd, &si, WEXITED);
     close(*pidfd);
     *pidfd = -1;
+#ifdef SBX_CLONE_TRAMPOLINE
+    if (stage == 7) {              /* no close_range unsharing here: copy it all */
+      share_files = 0;
+      r->stage = r->err_no = 0;
+      r->legacy = 0;
+      goto again;
+    }
+#endif
+    (void)stage;
     errno = r->err_no;
     return -1;
   }

@@ -45,10 +45,12 @@ typedef struct sbx_spawn_req {
   ** runs in their memory until execve. */
   const sigset_t *ignored;
   /* set by the child when it fails before execve */
-  volatile int stage;        /* 1 chdir, 2 execve, 3 setrlimit, 4 fds, 5 cgroup, 6 setns */
+  volatile int stage;        /* 1 chdir, 2 execve, 3 setrlimit, 4 fds, 5 cgroup, 6 setns, 7 unshare */
   volatile int err_no;
   int report;                /* internal: pipe for fork-style clones */
   int legacy;                /* internal: the old clone (clone3 refused) */
+  int keep_below;            /* internal: > 0, the child shares our fd table
+                                and copies only the fds below this one */
   pid_t parent;              /* internal: the child's parent, to notice its death */
 } sbx_spawn_req;
 
@@ -56,6 +58,12 @@ typedef struct sbx_spawn_req {
 ** r->stage/r->err_no when the child could not chdir or exec (it has been
 ** reaped). */
 pid_t sbx_spawn(sbx_spawn_req *r, int *pidfd);
+
+/* Move a long-lived fd (a sandbox's root, a running command's pipes) out
+** of the low numbers a child's fd table copies: `fd` itself when it is low
+** enough already or cannot move (fd limit), else the moved copy (fd is
+** closed). See spawn.c. */
+int sbx_fd_park(int fd);
 
 /* The signals the child of sbx_spawn resets that are SIG_IGN now. */
 void sbx_ignored_signals(sigset_t *set);

@@ -20,7 +20,7 @@ end
 -- Engine execs started in a container so far (the engine keeps their ids).
 local function exec_count(sb)
   local _, c = engine("GET", "/containers/" .. sb:session_state().state.container .. "/json")
-  return #(c.ExecIDs or {})
+  return type(c.ExecIDs) == "table" and #c.ExecIDs or 0
 end
 
 local kind_of = S.kind_of
@@ -32,6 +32,7 @@ describe("docker agent", function()
     assert.truthy(sb._h.link, "no agent link: " .. tostring(docker.fallback))
     assert.matches("^sbx%-agent ", sb._h.link.hello)
     local before = exec_count(sb)
+    assert.equal(0, before)                -- the first link is the container's own stdio
     for i = 1, 20 do
       assert.equal(tostring(i) .. "\n", sb:execute_command("echo " .. i).stdout)
     end
@@ -61,10 +62,35 @@ describe("docker agent", function()
     assert.is_true(loop.now() - t0 < 25, "took " .. (loop.now() - t0) .. " s")
   end)
 
+  it("cannot be killed by a command: the first agent is the container's init", function()
+    local sb <close> = sbx.sandbox("docker", { image = IMAGE })
+    -- the command's parent is its supervisor, whose parent is the agent:
+    -- pid 1, which the kernel keeps from SIGKILL sent inside its namespace
+    local r = sb:execute_command("sh", { "-c", "a=$(cut -d' ' -f4 /proc/$PPID/stat); kill -9 $a; sleep 0.2; echo $a" })
+    assert.equal(0, r.exit_code, r.stderr)
+    assert.equal("1\n", r.stdout)
+    assert.equal("still\n", sb:execute_command("echo still").stdout)
+    assert.equal(0, exec_count(sb))
+  end)
+
   it("an agent killed mid-command is a clear error; the sandbox still works and is destroyable", function()
     local sb = sbx.sandbox("docker", { image = IMAGE })
     local cid = sb:session_state().state.container
-    -- the command's parent is its supervisor, whose parent is the agent
+    local bg = sb:spawn("sleep 300")
+    local bgpid = bg.pid
+    -- the first link ends (its commands stopped, as a link over an exec
+    -- stops them; the container kept): the next one is an `sbx-agent
+    -- serve` over an engine exec, which a command can kill
+    sb._h.link:close()
+    assert.equal("two\n", sb:execute_command("echo two").stdout)
+    assert.equal(1, exec_count(sb))
+    local gone
+    for _ = 1, 50 do
+      gone = sb:execute_command("kill -0 " .. bgpid .. " 2>/dev/null || echo gone").stdout == "gone\n"
+      if gone then break end
+      loop.sleep(0.1)
+    end
+    assert.is_true(gone, "the first link's background command outlived it")
     local kind, err = kind_of(function()
       sb:execute_command("sh", { "-c", "kill -9 $(cut -d' ' -f4 /proc/$PPID/stat); sleep 5" })
     end)

@@ -51,9 +51,13 @@ describe("docker backend", function()
     assert.equal(300 * 1024 * 1024, hc.Memory)
     assert.equal(hc.Memory, hc.MemorySwap)
     assert.equal(1.5e9, hc.NanoCpus)
-    assert.is_true(hc.Init)
-    assert.equal("json-file", hc.LogConfig.Type)
-    assert.equal("1m", hc.LogConfig.Config["max-size"])
+    -- the first process is sbx-agent, serving the attached stdio: it is
+    -- the init (no docker-init holding that stdio), and nothing it writes
+    -- there (the agent protocol) is logged
+    assert.is_false(hc.Init)
+    assert.equal("none", hc.LogConfig.Type)
+    assert.is_true(c.Config.OpenStdin and c.Config.StdinOnce)
+    assert.same({ "sleep", "--serve" }, c.Config.Cmd)
     local l = c.Config.Labels
     assert.equal("42", l.run)
     assert.equal(sb.id, l["sbxlua.id"])
@@ -65,6 +69,20 @@ describe("docker backend", function()
     local r = sb:execute_command("sh", { "-c", "grep -E '^(CapEff|NoNewPrivs)' /proc/self/status" })
     assert.matches("NoNewPrivs:%s+1", r.stdout)
     assert.not_matches("CapEff:%s+000001ffffffffff", r.stdout)
+    -- as an init it reaps orphans: a process whose parent (an engine exec's
+    -- command) exits is reparented to it and reaped when it ends
+    local eid = select(2, engine("POST", "/containers/" .. container_of(sb) .. "/exec",
+      { Cmd = { "sh", "-c", "sleep 0.3 & echo $!" }, AttachStdout = true })).Id
+    local out = assert(http.request{ url = "http://docker/v1.41/exec/" .. eid .. "/start", unix_socket = SOCK,
+      method = "POST", body = '{"Detach":false}', headers = { ["Content-Type"] = "application/json" } }).body
+    local orphan = assert(out:match("(%d+)%s*$"), out)
+    local state
+    for _ = 1, 40 do
+      state = sb:execute_command("sh", { "-c", "cut -d' ' -f3,4 /proc/" .. orphan .. "/stat 2>/dev/null || echo gone" }).stdout
+      if state == "gone\n" then break end
+      loop.sleep(0.1)
+    end
+    assert.equal("gone\n", state)
   end)
 
   it("turns the network off when allow_internet = false", function()

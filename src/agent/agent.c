@@ -18,9 +18,13 @@
 **     NUL-separated records "type\0size\0mtime\0name\0" for every entry of
 **     DIR (not following symlinks); exit 1 with a message on error.
 **
-**   sbx-agent sleep
+**   sbx-agent sleep [--serve]
 **     Waits until TERM/INT (a container's first process: no `sleep` needed
-**     in the image).
+**     in the image). With --serve it first serves the protocol (as `serve`)
+**     on the container's own stdin/stdout, which sbxlua attaches to before
+**     the start: the first link costs the engine no exec. When that stream
+**     ends, its commands are stopped as `serve` stops them, and it sleeps
+**     (the container lives on; later links are `serve` over an exec).
 **
 **   sbx-agent kill PIDFILE
 **     Sends TERM to the `run` that wrote PIDFILE (--pidfile): it kills its
@@ -248,9 +252,23 @@ static int cmd_sleep(void) {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGCHLD);
   sigprocmask(SIG_BLOCK, &set, NULL);
-  sigwait(&set, &sig);
+  do {                             /* as a container's init: orphans are reaped */
+    sigwait(&set, &sig);
+    while (waitpid(-1, NULL, WNOHANG) > 0) {}
+  } while (sig == SIGCHLD);
   return 0;
+}
+
+/* sleep --serve: the container's first process serves its stdio, then
+** sleeps. As the namespace's init it cannot be killed from inside (the
+** kernel drops SIGKILL from the container to its init), and when it did
+** die the engine would end the attached stream (it holds the stdio open
+** only while its first process lives), so the host always hears of it. */
+static int cmd_sleep_serve(void) {
+  agent_serve();                   /* the link's end is the host's, not the container's */
+  return cmd_sleep();
 }
 
 static int cmd_kill(int argc, char **argv) {
@@ -283,6 +301,8 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "run") == 0) return cmd_run(argc, argv);
   if (strcmp(cmd, "serve") == 0) return argc == 2 ? agent_serve() : 2;
   if (strcmp(cmd, "ls") == 0) return cmd_ls(argc, argv);
+  if (strcmp(cmd, "sleep") == 0 && argc == 3 && strcmp(argv[2], "--serve") == 0)
+    return cmd_sleep_serve();
   if (strcmp(cmd, "sleep") == 0) return cmd_sleep();
   if (strcmp(cmd, "kill") == 0) return cmd_kill(argc, argv);
   if (strcmp(cmd, "rm") == 0) return cmd_rm(argc, argv);

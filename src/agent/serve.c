@@ -42,6 +42,7 @@
 #define TEXT_MAX (4096 + 256)      /* an E or Z message: a whole path and why */
 #define NOFILE_MAX 65536           /* the agent's fds: 4 per command */
 #define REAP_MS 10                 /* the next look at supervisors that sent X */
+#define ORPHAN_MS 1000             /* as a container's init: the next look for orphans */
 /* Commands' oom_score_adj: under the sandbox's memory limit the kernel
 ** kills a command rather than the agent (or bwrap's init) holding the
 ** sandbox together. A command may lower it back to ours, and hurt only
@@ -368,6 +369,28 @@ static void reap_sent(server *s) {
   for (run *r = s->runs; r; r = r->next)
     if (r->sent && !r->reaped && waitpid(r->sup, NULL, WNOHANG) == r->sup)
       r->reaped = 1;
+}
+
+/* As a container's first process (sbx-agent sleep --serve) the agent is
+** its init: orphans from outside its own supervisors (an engine exec's, a
+** killed supervisor's) come to it. Those are reaped here; a supervisor's
+** exit is left to its own waitpid (the others behind it wait a turn). */
+static int own_supervisor(const server *s, pid_t pid) {
+  if (s->spare && s->spare->sup == pid) return 1;
+  for (const run *r = s->runs; r; r = r->next)
+    if (r->sup == pid) return 1;
+  return 0;
+}
+
+static void reap_orphans(server *s) {
+  if (s->self != 1) return;
+  for (int i = 0; i < 64; i++) {
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0) return;
+    if (own_supervisor(s, si.si_pid)) return;
+    waitpid(si.si_pid, NULL, WNOHANG);
+  }
 }
 
 /* A command between its R and its P: its supervisor (or the command) is
@@ -866,11 +889,13 @@ int agent_serve(void) {
     if (!starting(s)) {
       make_spare(s);
       reap_sent(s);
+      reap_orphans(s);
     }
     build(s, &ps);
     /* file reads go on by themselves while the queue has room, and
     ** supervisors that sent X are looked at again after a while */
-    int timeout = s->reads && s->queued < OUT_LIMIT ? 0 : unreaped(s) ? REAP_MS : -1;
+    int timeout = s->reads && s->queued < OUT_LIMIT ? 0 : unreaped(s) ? REAP_MS
+                : s->self == 1 ? ORPHAN_MS : -1;
     int n = poll(ps.fds, (nfds_t)ps.n, timeout);
     if (n < 0 && errno != EINTR) fatal("poll");
     if (n > 0) handle(s, &ps);

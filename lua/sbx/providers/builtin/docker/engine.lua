@@ -206,9 +206,10 @@ local function create_container(name, body, o)
   return res
 end
 
--- Start an exec on a hijacked connection (HTTP upgrade to a raw stream):
--- its output arrives multiplexed, and what we write is the command's stdin.
-local function hijack(eid, op)
+-- A hijacked connection (HTTP upgrade to a raw stream) for `path`: an
+-- exec's start, or a container's attach. Output arrives multiplexed, and
+-- what we write is the process's stdin.
+local function upgrade(path, body, op)
   local ep = connect()
   local s, err, code
   if ep.socket then
@@ -221,8 +222,7 @@ local function hijack(eid, op)
     fail(code == "ETIMEDOUT" and "SandboxTimeoutError" or "SandboxConnectionError",
          op .. ": " .. why_unreachable(ep, err, code), { op = op, code = code })
   end
-  local body = '{"Detach":false,"Tty":false}'
-  local ok, werr = s:write("POST " .. ep.prefix .. "/exec/" .. eid .. "/start HTTP/1.1\r\n"
+  local ok, werr = s:write("POST " .. ep.prefix .. path .. " HTTP/1.1\r\n"
     .. "Host: docker\r\nContent-Type: application/json\r\nConnection: Upgrade\r\n"
     .. "Upgrade: tcp\r\nContent-Length: " .. #body .. "\r\n\r\n" .. body)
   local head = ""
@@ -246,8 +246,19 @@ local function hijack(eid, op)
   return s, rest
 end
 
+-- Start exec `eid` on a hijacked connection.
+local function hijack(eid, op)
+  return upgrade("/exec/" .. eid .. "/start", '{"Detach":false,"Tty":false}', op)
+end
+
+-- Attach to container `cid`'s own stdin, stdout and stderr (before its
+-- start, so that nothing it writes first is missed).
+local function attach(cid, op)
+  return upgrade("/containers/" .. cid .. "/attach?stream=1&stdin=1&stdout=1&stderr=1", "", op)
+end
+
 M.shared, M.connect, M.call, M.expect, M.api, M.field = shared, connect, call, expect, api, field
-M.message_of, M.q, M.hijack, M.why_unreachable = message_of, q, hijack, why_unreachable
+M.message_of, M.q, M.hijack, M.attach, M.why_unreachable = message_of, q, hijack, attach, why_unreachable
 M.remove_container, M.create_container = remove_container, create_container
 
 return M

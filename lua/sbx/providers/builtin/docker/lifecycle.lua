@@ -104,16 +104,25 @@ local function create_body(spec)
     Image = spec.snapshot_id or spec.image or common.default_image(),
     Entrypoint = { spec.agent_path }, Cmd = { "sleep" },
     WorkingDir = common.WORKDIR, Labels = labels,
+    -- the first agent link is the container's own stdio (attached before
+    -- the start), closed for good when that link ends (StdinOnce)
+    OpenStdin = spec.attach or nil, StdinOnce = spec.attach or nil,
+    AttachStdin = spec.attach or nil, AttachStdout = spec.attach or nil, AttachStderr = spec.attach or nil,
     HostConfig = {
       CapDrop = { "ALL" }, CapAdd = common.CAPS, SecurityOpt = { "no-new-privileges" },
       PidsLimit = common.DEFAULTS.pids, Memory = mem, MemorySwap = mem,
-      NanoCpus = math.floor(cpu * 1e9), Init = true,
-      LogConfig = { Type = "json-file", Config = { ["max-size"] = "1m", ["max-file"] = "1" } },
+      -- the attached agent is the first process itself: it reaps orphans as
+      -- an init does, and no init holds its stdio open past its server
+      NanoCpus = math.floor(cpu * 1e9), Init = not spec.attach,
+      -- (the attached agent's protocol bytes are its stdout: never logged)
+      LogConfig = spec.attach and { Type = "none" }
+                  or { Type = "json-file", Config = { ["max-size"] = "1m", ["max-file"] = "1" } },
       NetworkMode = spec.allow_internet == false and "none" or nil,
       Mounts = { { Type = "volume", Source = spec.agent_volume, Target = common.AGENT_DIR, ReadOnly = true } },
       Tmpfs = { [common.RUNDIR] = "rw,mode=0700,size=65536k" },
     },
   }
+  if spec.attach then body.Cmd = { "sleep", "--serve" } end
   if spec.allow_internet == false then body.NetworkDisabled = true end
   if spec.backend_options then merge(body, spec.backend_options) end
   return body
@@ -134,9 +143,10 @@ function M.create(spec)
     end
   end
   spec.agent_volume, spec.agent_path = shared("agent volume", volume.ensure, image)
+  spec.attach = mode() ~= "engine" and not common.SERVE   -- (SERVE: a test's own server, over an exec)
   local body = create_body(spec)
   local name = "sbxlua-" .. spec.id
-  local cid
+  local cid, s, pending
   -- From the create call on, a failure or a cancel undoes the create: the
   -- container may exist even when its reply was lost (it has our name).
   local ok, err = pcall(function()
@@ -147,10 +157,15 @@ function M.create(spec)
                                  bad_request = "SandboxCreationError", conflict = "SandboxCreationError" })
     res.json = json.decode(res.body)
     cid = field(res, "Id", "string", { op = "create", kind = "SandboxCreationError" })
+    if spec.attach then       -- no link this way: the first operation opens one over an exec
+      local aok, a, rest = pcall(engine.attach, cid, "create")
+      if aok then s, pending = a, rest elseif errors.is(a, "Cancelled") then error(a, 0) end
+    end
     api("POST", "/containers/" .. cid .. "/start", { 204, 304 }, { op = "create", kind = "SandboxCreationError",
         bad_request = "SandboxCreationError", conflict = "SandboxCreationError" })
   end)
   if not ok then      -- spec.left: create_on keeps the journal's line for gc
+    if s then s:close() end
     if not pcall(remove_container, cid or name) then spec.left = true end
     if errors.is(err, "SandboxError") or errors.is(err, "Cancelled") then error(err, 0) end
     fail("SandboxCreationError", "create: " .. tostring(err), { op = "create" })
@@ -158,7 +173,8 @@ function M.create(spec)
   local h = { cid = cid, id = spec.id, session = spec.session, agent = spec.agent_path }
   -- the agent starts meanwhile: create does not wait for it (an engine exec
   -- costs ~40 ms), the first operation does if it comes sooner
-  if mode() ~= "engine" then h.opener = loop.spawn(link.open_into, h) end
+  if s then h.opener = loop.spawn(link.open_attached, h, s, pending)
+  elseif mode() ~= "engine" then h.opener = loop.spawn(link.open_into, h) end
   return h
 end
 

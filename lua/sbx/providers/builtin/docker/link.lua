@@ -98,4 +98,15 @@ end
 
 M.open_into = open_into
 
+---Open the first link of h on the container's own stdio (attached before
+---its start; `sbx-agent sleep --serve` serves it): no engine exec. When it
+---fails, one over an exec instead, as before.
+function M.open_attached(h, s, pending)
+  local ok, link = pcall(agentlink.open, transport(s, pending), 15)
+  if ok and link then h.link = link return end
+  s:close()
+  if not ok and errors.is(link, "Cancelled") then error(link, 0) end
+  open_into(h)
+end
+
 return M

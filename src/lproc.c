@@ -761,7 +761,7 @@ static int proc_spawn(lua_State *L) {
 
   p->out.fd = sbx_fd_park(fds[0][0]);
   p->err.fd = sbx_fd_park(fds[1][0]);
-  p->infd = fds[2][1] >= 0 ? sbx_fd_park(fds[2][1]) : -1;
+  p->infd = sbx_fd_park(fds[2][1]);  /* (-1, no stdin pipe, stays -1) */
   fds[0][0] = fds[1][0] = fds[2][1] = -1;
   lua_pushvalue(L, 6);
   p->selfref = luaL_ref(L, LUA_REGISTRYINDEX);

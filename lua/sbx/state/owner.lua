@@ -167,7 +167,7 @@ end
 ---creates issued at once paid for a thousand syncs on the loop thread
 ---before; outside a task the sync is done at once.
 ---@param durable? boolean
-local batch            -- { done = event, ok =, err = } of the sync to come
+local batch            -- { done = event, ok =, err = } of the sync not yet started
 function M.record(entry, durable)
   entry.session = entry.session or session.id
   local journal = session.journal
@@ -181,12 +181,11 @@ function M.record(entry, durable)
     batch = b
     loop.spawn(function()
       batch = nil                   -- later lines wait for the next sync
-      b.ok, b.err = journal:append("", true)
-      b.synced = true
+      b.ok, b.err = journal:append("", true)   -- (never yields: no line joins meanwhile)
       b.done:notify()
     end)
   end
-  if not b.synced then b.done:wait() end
+  b.done:wait()                     -- a batch found here has not synced yet
   return b.ok, b.err
 end
 

@@ -102,7 +102,7 @@ local function create_body(spec)
   for k, v in pairs(spec.labels or {}) do labels[k] = tostring(v) end
   local body = {
     Image = spec.snapshot_id or spec.image or common.default_image(),
-    Entrypoint = { spec.agent_path }, Cmd = { "sleep" },
+    Entrypoint = { spec.agent_path }, Cmd = spec.attach and { "sleep", "--serve" } or { "sleep" },
     WorkingDir = common.WORKDIR, Labels = labels,
     -- the first agent link is the container's own stdio (attached before
     -- the start), closed for good when that link ends (StdinOnce)
@@ -122,7 +122,6 @@ local function create_body(spec)
       Tmpfs = { [common.RUNDIR] = "rw,mode=0700,size=65536k" },
     },
   }
-  if spec.attach then body.Cmd = { "sleep", "--serve" } end
   if spec.allow_internet == false then body.NetworkDisabled = true end
   if spec.backend_options then merge(body, spec.backend_options) end
   return body

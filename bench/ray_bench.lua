@@ -6,34 +6,9 @@
 --   par4/par10  4 and 10 creates at once (wall time)
 -- arg: N_CREATE N_EXEC N_RW
 local sbx = require "sbx"
-local http = require "sbx.http"
-local stream = require "sbx.stream"
-local json = require "cjson"
 local C = dofile((os.getenv("SBX_SOURCE_DIR") or ".") .. "/bench/common.lua")
 local NC, NE, NR = tonumber(arg[1] or 8), tonumber(arg[2] or 200), tonumber(arg[3] or 20)
-local ADDR, TOKEN = os.getenv("SBX_RAY_ADDRESS"), os.getenv("RAY_AUTH_TOKEN")
-local H = { authorization = "Bearer " .. TOKEN, ["content-type"] = "application/json" }
-
-local function floor_once(i)
-  local l, port = assert(stream.listen{ host = "127.0.0.1", port = 0 })
-  local sid = "sbxbench-floor-" .. require("sbx.proc").random_hex(8)
-  local t0 = C.now()
-  local res = assert(http.request{ method = "POST", url = ADDR .. "/api/jobs/", headers = H, body = json.encode{
-    entrypoint = "exec python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", " .. port .. ")).recv(1)'",
-    submission_id = sid, entrypoint_num_cpus = 0.25 } })
-  assert(res.status == 200, res.body)
-  local s = assert(l:accept(120))
-  local ms = (C.now() - t0) * 1000
-  s:close() l:close()
-  for _ = 1, 100 do
-    local j = json.decode(http.request{ url = ADDR .. "/api/jobs/" .. sid, headers = H }.body)
-    if j.status == "SUCCEEDED" or j.status == "FAILED" or j.status == "STOPPED" then break end
-    sbx.sleep(0.1)
-  end
-  sbx.sleep(2)
-  http.request{ method = "DELETE", url = ADDR .. "/api/jobs/" .. sid, headers = H }
-  return ms
-end
+local floor_once = C.ray_floor
 
 local floor, create = {}, {}
 for i = 1, NC do            -- interleaved: the same load for both

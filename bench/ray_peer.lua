@@ -16,31 +16,7 @@ local mode = arg[1]
 local function ok(r) assert(r.exit_code == 0, r.stderr) end
 local function out(op, ms) print(string.format("%s %.4f", op, ms)) end
 
--- The floor of bench/ray_bench.lua: submit a job whose entrypoint dials a
--- listener; timed until the dial arrives. The job is deleted after.
-local function floor_once()
-  local http, stream, json = require "sbx.http", require "sbx.stream", require "cjson"
-  local addr = os.getenv("SBX_RAY_ADDRESS")
-  local H = { authorization = "Bearer " .. os.getenv("RAY_AUTH_TOKEN"), ["content-type"] = "application/json" }
-  local l, port = assert(stream.listen{ host = "127.0.0.1", port = 0 })
-  local sid = "sbxbench-floor-" .. require("sbx.proc").random_hex(8)
-  local t0 = C.now()
-  local res = assert(http.request{ method = "POST", url = addr .. "/api/jobs/", headers = H, body = json.encode{
-    entrypoint = "exec python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", " .. port .. ")).recv(1)'",
-    submission_id = sid, entrypoint_num_cpus = 0.25 } })
-  assert(res.status == 200, res.body)
-  local s = assert(l:accept(120))
-  local ms = (C.now() - t0) * 1000
-  s:close() l:close()
-  for _ = 1, 100 do
-    local j = json.decode(http.request{ url = addr .. "/api/jobs/" .. sid, headers = H }.body)
-    if j.status == "SUCCEEDED" or j.status == "FAILED" or j.status == "STOPPED" then break end
-    sbx.sleep(0.1)
-  end
-  sbx.sleep(2)
-  http.request{ method = "DELETE", url = addr .. "/api/jobs/" .. sid, headers = H }
-  return ms
-end
+local floor_once = C.ray_floor
 
 local function timed(op, fn) local t0 = C.now() fn() out(op, (C.now() - t0) * 1e3) end
 

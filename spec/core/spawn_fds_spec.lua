@@ -111,7 +111,7 @@ describe("a child's fds", function()
         local ok, r = t:join()
         io.write(m, " ", assert(ok and r).exit_code, " ", r.stdout:gsub("%s+", " "), "\n")
       end]]
-    local env = env_with("SBX_STATE_DIR=" .. S.tmpdir("sbxfds"))
+    local env = env_with("SBX_STATE_DIR=" .. assert(os.getenv("SBX_STATE_DIR")))
     local p = assert(proc.spawn{ argv = { "bwrap", "--dev-bind", "/", "/", "--seccomp", "3", "--", S.BIN, "-e", script },
                                  env = env, fds = { bpf }, timeout = 60 })
     local r = p:wait()
@@ -128,7 +128,7 @@ describe("a child's fds", function()
       io.write(t[150]:execute_command("ls /proc/self/fd | wc -l").stdout)
       for i = 1, 150 do t[i]:destroy() end]]
     local p = assert(proc.spawn{ argv = { S.BIN, "-e", script }, timeout = 120, rlimits = { nofile = 400 },
-                                 env = env_with("SBX_STATE_DIR=" .. S.tmpdir("sbxfds")) })
+                                 env = env_with("SBX_STATE_DIR=" .. assert(os.getenv("SBX_STATE_DIR"))) })
     local r = p:wait()
     p:close()
     assert.equal(0, r.exit_code, r.stderr)

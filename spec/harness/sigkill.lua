@@ -118,6 +118,7 @@ function M.new_run(opts)
   end
   r.backends = opts.backends or M.available()
   r.pids = {}                -- pids of every sbxlua we started (cgroup names carry them)
+  r.old_cgroups = M.cgroup_names()   -- there before the run: an old session's whose pid we reuse
   r.runs, r.kills, r.exited = 0, {}, 0
   r.leftovers = {}           -- [backend][kind] = n
   r.leaks = {}               -- descriptions
@@ -226,21 +227,27 @@ function M:count(exclude_tags)
       end
     end
   end
-  -- the v2 base, and the v1 groups that limit bwrap sandboxes (sbx.limits)
-  local bases = { require("sbx.providers.builtin.local").containment() }
+  for path in pairs(M.cgroup_names()) do
+    local pid = session_pid(path:match("[^/]+$"))
+    if pid and self.pids[pid] and not self.old_cgroups[path] and not (exclude_tags and exclude_tags[pid]) then
+      tally(found, "cgroup", "cgroups", 1)
+      details[#details + 1] = "cgroup: " .. path
+    end
+  end
+  return found, details, ids
+end
+
+---The session cgroups on this host ({ [path] = true }): under the v2 base,
+---and the v1 groups that limit bwrap sandboxes (sbx.limits).
+function M.cgroup_names()
+  local bases, out = { require("sbx.providers.builtin.local").containment() }, {}
   for _, how in pairs(require("sbx.providers.builtin.limits").controllers()) do
     if how.v == 1 then bases[#bases + 1] = how.dir end
   end
   for _, cgbase in ipairs(bases) do
-    for _, name in ipairs(fs.list_host(cgbase) or {}) do
-      local pid = session_pid(name)
-      if pid and self.pids[pid] and not (exclude_tags and exclude_tags[pid]) then
-        tally(found, "cgroup", "cgroups", 1)
-        details[#details + 1] = "cgroup: " .. cgbase .. "/" .. name
-      end
-    end
+    for _, name in ipairs(fs.list_host(cgbase) or {}) do out[cgbase .. "/" .. name] = true end
   end
-  return found, details, ids
+  return out
 end
 
 ---Snapshot images of this run's sessions (but those of `exclude_tags`).

@@ -50,7 +50,15 @@ describe("sbxlua exec options", function()
       f:close()
       return out
     end
-    assert.not_equal("", readers())          -- the reader runs while the command does
+    -- the reader runs while the command does; a spawner thread may still be
+    -- starting its cat when the command's first line is out
+    local seen = readers()
+    for _ = 1, 50 do
+      if seen ~= "" then break end
+      os.execute("sleep 0.1")
+      seen = readers()
+    end
+    assert.not_equal("", seen)
     os.execute("kill -INT " .. p.pid)        -- sbxlua only, as a terminal's Ctrl-C would not spare it
     local r = p:wait()
     assert.equal(130, r.exit_code)

@@ -509,7 +509,9 @@ local function create(spec)
   end
   local sid = sid_of(spec.id)
   local meta = { ["sbxlua.host"] = hostname(), ["sbxlua.session"] = spec.session, ["sbxlua.id"] = spec.id,
-                 ["sbxlua.created"] = tostring(os.time()), ["sbxlua.ttl"] = tostring(spec.ttl) }
+                 ["sbxlua.created"] = tostring(os.time()), ["sbxlua.ttl"] = tostring(spec.ttl),
+                 -- a gc from another state directory asks this lock, not its own sessions
+                 ["sbxlua.lock"] = owner.lock_path() }
   local h = start(spec, { key = spec.id, sid = sid, metadata = meta, cpus = req.cpus, memory = req.memory,
                           resources = req.resources, labels = req.labels })
   h.id, h.sid, h.session = spec.id, sid, spec.session
@@ -641,7 +643,7 @@ return {
     local asid = state.sid .. "-a" .. random_hex(6)
     local h = start({ id = state.id }, { key = state.id .. "/" .. asid, sid = asid, attach = true,
       metadata = { ["sbxlua.host"] = hostname(), ["sbxlua.session"] = state.session, ["sbxlua.id"] = state.id,
-                   ["sbxlua.attach"] = "1" },
+                   ["sbxlua.attach"] = "1", ["sbxlua.lock"] = owner.lock_path() },
       cpus = 0, resources = {}, labels = { ["ray.io/node-id"] = j.driver_node_id } })
     h.id, h.sid, h.session, h.attach_sid = state.id, state.sid, state.session, asid
     return h
@@ -714,7 +716,8 @@ return {
       local sid = type(j.submission_id) == "string" and j.submission_id or ""
       if sid:sub(1, #prefix) == prefix then
         local m = type(j.metadata) == "table" and j.metadata or {}
-        out[#out + 1] = { id = m["sbxlua.id"] or sid:sub(#prefix + 1), session = m["sbxlua.session"], sid = sid }
+        out[#out + 1] = { id = m["sbxlua.id"] or sid:sub(#prefix + 1), session = m["sbxlua.session"], sid = sid,
+                            lock = m["sbxlua.lock"] }
       end
     end
     return out

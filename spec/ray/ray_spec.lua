@@ -1,6 +1,7 @@
 -- The ray provider on a real cluster (spec/support/ray.sh: a head, node b
 -- labelled sbx.node=b, token auth on): placement by label, capacity
--- refused at once, a wrong token, SIGKILL of sbxlua then gc, and a node
+-- refused at once, a wrong token, SIGKILL of sbxlua then gc (which spares
+-- a live session of another state directory), and a node
 -- whose raylet is killed mid-command.
 local sbx = require "sbx"
 local loop = require "sbx.loop"
@@ -106,8 +107,13 @@ describe("ray provider", function()
     p:kill(9)
     p:wait()
     p:close()
+    -- a live session of another state directory (this spec's) keeps its job
+    local other <close> = sbx.sandbox("ray")
     local r = S.sbxlua({ "gc" }, { env = vars, timeout = 120 })
     assert.equal(0, r.exit_code, r.stderr)
+    assert.matches("destroyed 1 sandbox", r.stdout)
+    assert.equal("RUNNING", (job(other.id) or {}).status)
+    assert.equal("still\n", other:execute_command("echo still").stdout)
     assert.is_nil(job(id), "the job is gone")
     assert.equal(0, #R.jobs(sid(id)))
     assert.is_false(S.alive(tag), "no process of the sandbox is left")

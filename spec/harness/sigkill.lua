@@ -198,9 +198,12 @@ function M:count(exclude_tags)
     for _, s in ipairs(fs.list_host(top) or {}) do
       if exclude_tags and exclude_tags[session_pid(s)] then goto next_session end
       for _, name in ipairs(fs.list_host(top .. "/" .. s) or {}) do
+        -- the spare directories destroys keep: a leftover only if not empty
+        if s == ".spare" and #(fs.list_host(top .. "/" .. s .. "/" .. name) or { 1 }) == 0 then goto next_dir end
         tally(found, b, "dirs", 1)
         details[#details + 1] = b .. " dir: " .. top .. "/" .. s .. "/" .. name
         ids[#ids + 1] = name:match("^(.-)%.") or name
+        ::next_dir::
       end
       ::next_session::
     end

@@ -274,7 +274,7 @@ static void after_exit(proc *p) {
   ** in the sandbox's cgroup until the sandbox is destroyed. */
   if ((p->timed_out || p->cg_killed) && p->cgroup) {   /* members may still be dying */
     sbx_cgroup_remove(p->cgroup, 1);
-    free(p->cgroup);
+    sbx_cgroup_free(p->cgroup);
   } else {
     sbx_cgroup_give(p->cgroup);
   }
@@ -319,7 +319,7 @@ static void proc_release(proc *p) {
   stdin_close(p);
   if (p->pidfd >= 0) close(p->pidfd);
   p->pidfd = -1;
-  free(p->cgroup);
+  sbx_cgroup_free(p->cgroup);
   p->cgroup = NULL;
   free(p->out.buf);
   free(p->err.buf);

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "proctree.h"
+#include "spawn.h"
 
 #define MAXPATH 4096
 
@@ -91,7 +93,10 @@ static void remove_child(const char *dir, void *ud) {
   sbx_cgroup_remove(dir, *(int *)ud);
 }
 
+static void cg_forget(const char *dir);
+
 int sbx_cgroup_remove(const char *dir, int wait) {
+  cg_forget(dir);
   each_child(dir, remove_child, &wait);
   for (int i = 0; rmdir(dir) < 0; i++) {
     if (errno == ENOENT) return 0;
@@ -104,22 +109,69 @@ int sbx_cgroup_remove(const char *dir, int wait) {
 
 
 /* Empty command cgroups are reused: mkdir and rmdir of a cgroup take a
-** global kernel lock and cost more than starting the command itself. */
+** global kernel lock and cost more than starting the command itself.
+** Each keeps its cgroup.events open (parked high, see sbx_fd_park): "is it
+** empty" is asked twice per command, and a pread costs a tenth of the
+** open's path walk through cgroupfs. The path handed out sits in the same
+** allocation, after the fd. */
 #define CG_CACHE 64
+typedef struct cg { int events; char path[]; } cg;
 static char *cg_cache[CG_CACHE];
 static int cg_ncache;
 
-static int populated(const char *dir) {
-  char path[MAXPATH], buf[256];
-  if (snprintf(path, sizeof path, "%s/cgroup.events", dir) >= (int)sizeof path)
-    return -1;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
+static cg *cg_of(char *path) { return (cg *)(path - offsetof(cg, path)); }
+
+static char *cg_new(const char *path) {
+  size_t n = strlen(path) + 1;
+  cg *c = malloc(sizeof *c + n);
+  if (!c) return NULL;
+  c->events = -1;
+  memcpy(c->path, path, n);
+  return c->path;
+}
+
+void sbx_cgroup_free(char *path) {
+  if (!path) return;
+  cg *c = cg_of(path);
+  if (c->events >= 0) close(c->events);
+  free(c);
+}
+
+/* 0 empty, 1 populated, -1 gone or unreadable (removed: ENODEV). */
+static int populated(char *path) {
+  cg *c = cg_of(path);
+  char buf[256];
+  if (c->events < 0) {
+    if (snprintf(buf, sizeof buf, "%s/cgroup.events", path) >= (int)sizeof buf) {
+      if (strlen(path) + 15 >= MAXPATH) return -1;
+      char *big = malloc(MAXPATH);
+      if (!big) return -1;
+      snprintf(big, MAXPATH, "%s/cgroup.events", path);
+      c->events = open(big, O_RDONLY | O_CLOEXEC);
+      free(big);
+    } else {
+      c->events = open(buf, O_RDONLY | O_CLOEXEC);
+    }
+    if (c->events < 0) return -1;
+    c->events = sbx_fd_park(c->events);
+  }
+  ssize_t n = pread(c->events, buf, sizeof buf - 1, 0);
   if (n <= 0) return -1;
   buf[n] = '\0';
   return strstr(buf, "populated 0") ? 0 : 1;
+}
+
+/* Kept groups at or below dir, which is being removed: dropped (a
+** sandbox's own would otherwise fill the cache once it is destroyed). */
+static void cg_forget(const char *dir) {
+  size_t n = strlen(dir);
+  for (int i = cg_ncache - 1; i >= 0; i--) {
+    char *c = cg_cache[i];
+    if (strncmp(c, dir, n) == 0 && (c[n] == '/' || c[n] == '\0')) {
+      cg_cache[i] = cg_cache[--cg_ncache];
+      sbx_cgroup_free(c);
+    }
+  }
 }
 
 int sbx_cgroup_take(const char *parent, char **out) {
@@ -134,24 +186,27 @@ int sbx_cgroup_take(const char *parent, char **out) {
       *out = c;
       return 0;
     }
-    free(c);
+    sbx_cgroup_free(c);
   }
   char buf[MAXPATH];
   int n = snprintf(buf, sizeof buf, "%s/c%d.%lu", parent, (int)getpid(), ++counter);
   if (n < 0 || n >= (int)sizeof buf) return ENAMETOOLONG;
   if (mkdir(buf, 0755) < 0) return errno;
-  *out = strdup(buf);
-  return *out ? 0 : ENOMEM;
+  *out = cg_new(buf);
+  if (*out) return 0;
+  rmdir(buf);
+  return ENOMEM;
 }
 
 void sbx_cgroup_give(char *path) {
   if (!path) return;
-  if (populated(path) == 0 && cg_ncache < CG_CACHE) {
+  int state = populated(path);
+  if (state == 0 && cg_ncache < CG_CACHE) {
     cg_cache[cg_ncache++] = path;
     return;
   }
-  if (populated(path) == 0) rmdir(path);
-  free(path);
+  if (state == 0) rmdir(path);
+  sbx_cgroup_free(path);
 }
 
 /* ------------------------------------------------------- the /proc sweep */

@@ -20,6 +20,9 @@ int sbx_cgroup_take(const char *parent, char **out);
 /* A command's cgroup is done with (path is consumed): kept for reuse when
 ** empty, left alone when a daemon the command started still lives in it. */
 void sbx_cgroup_give(char *path);
+/* Free a path sbx_cgroup_take returned without giving it back (the
+** cgroup itself is left as it is). */
+void sbx_cgroup_free(char *path);
 
 /* SIGKILL: every descendant of `pid` (found through /proc), then `pid`;
 ** another signal goes to its process group. */

@@ -22,6 +22,7 @@
 
 #include "lauxlib.h"
 #include "loop.h"
+#include "proctree.h"
 #include "spawner.h"
 
 #define SPAWNQ_MT "sbx.SpawnQueue"
@@ -113,7 +114,7 @@ sbx_spawn_job *sbx_job_new(const sbx_spawn_req *r) {
 void sbx_job_free(sbx_spawn_job *j) {
   if (!j) return;
   free(j->strings);
-  free(j->cgroup);
+  sbx_cgroup_free(j->cgroup);
   free(j->open_cgroup);
   free(j);
 }

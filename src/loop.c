@@ -242,9 +242,13 @@ static void task_finish(sbx_loop *lp, sbx_task *t, int status, int nres) {
     lua_setfield(co, -2, "n");
     t->resref = luaL_ref(co, LUA_REGISTRYINDEX);
   } else {
-    const char *msg = lua_tostring(co, -1);
-    luaL_traceback(co, co, msg, 0);
-    t->tbref = luaL_ref(co, LUA_REGISTRYINDEX);
+    /* A cancelled task's traceback would only show its wait point, and
+    ** luaL_traceback names each frame's function by a walk through
+    ** package.loaded: a tenth of a ms, paid by every sandbox's TTL task. */
+    if (t->cancel != C_DELIVERED) {
+      luaL_traceback(co, co, lua_tostring(co, -1), 0);
+      t->tbref = luaL_ref(co, LUA_REGISTRYINDEX);
+    }
     lua_pushvalue(co, -1);
     t->resref = luaL_ref(co, LUA_REGISTRYINDEX);
     /* Run the __close handlers of the failed task (sandboxes get

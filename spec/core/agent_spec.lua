@@ -107,3 +107,23 @@ describe("sbx-agent", function()
     assert.equal(3, run({ "ls", dir .. "/missing" }).exit_code)
   end)
 end)
+
+describe("an agent build's name (daemon.link.hash)", function()
+  local hash = require("sbx.daemon.link").hash
+
+  it("changes with any one byte of the build, and is stable", function()
+    local blob = require "sbx.agentbin"
+    local h = hash(blob)
+    assert.matches("^%x+$", h)
+    assert.equal(12, #h)
+    assert.equal(h, hash(blob .. ""))     -- the same bytes, another string
+    -- bytes the old sampling skipped (every 16th was read) and the tail
+    for _, at in ipairs{ 2, 8, 17, 1000, 4099, 4104, #blob - 70, #blob - 3, #blob } do
+      local b = blob:byte(at)
+      local other = blob:sub(1, at - 1) .. string.char((b + 1) % 256) .. blob:sub(at + 1)
+      assert.not_equal(h, hash(other), "byte " .. at)
+    end
+    assert.not_equal(hash("abc"), hash("abd"))
+    assert.not_equal(hash(""), hash("\0"))
+  end)
+end)

@@ -28,11 +28,27 @@ local HIGH, LOW = 4 * 1024 * 1024, 1024 * 1024
 ---{kind, n}; raises for a command that never started.
 M.result = handle.result
 
----A short, stable name for an agent build (FNV-1a over a sample of it).
+---A short, stable name for an agent build: an FNV-1a-style hash over every
+---8-byte word of it (a sample of its bytes, as before, let two builds that
+---differ in one constant share a docker volume or a file name). The last
+---answer is kept: callers ask again for the same blob on every create.
+local last_blob, last_hash
+local unpack = string.unpack
 function M.hash(blob)
-  local h = 0xcbf29ce484222325 ~ #blob
-  for i = 1, #blob, 16 do h = ((h ~ blob:byte(i)) * 0x100000001b3) & 0xffffffffffff end
-  return string.format("%012x", h)
+  if blob == last_blob then return last_hash end
+  local h, n, prime = 0xcbf29ce484222325 ~ #blob, #blob, 0x100000001b3
+  local i = 1
+  while i + 63 <= n do
+    local a, b, c, d, e, f, g, k = unpack("<i8i8i8i8i8i8i8i8", blob, i)
+    h = (h ~ a) * prime; h = (h ~ b) * prime; h = (h ~ c) * prime; h = (h ~ d) * prime
+    h = (h ~ e) * prime; h = (h ~ f) * prime; h = (h ~ g) * prime; h = (h ~ k) * prime
+    i = i + 64
+  end
+  for j = i, n do h = (h ~ blob:byte(j)) * prime end
+  -- a product carries a word's high bits only upwards: fold them down
+  -- before the name keeps 48 bits
+  last_blob, last_hash = blob, string.format("%012x", (h ~ (h >> 32)) & 0xffffffffffff)
+  return last_hash
 end
 
 -- ------------------------------------------------------------------ link

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <linux/nsfs.h>
 #include <sched.h>
 #include <sys/ioctl.h>
@@ -127,10 +128,14 @@ static int join_cgroup(int cgroup_fd) {
   return n == 1 ? 0 : -1;
 }
 
+int sbx_child_nice = INT_MIN;
+
 /* In the child: system calls only, until execve. */
 static int child(void *arg) {
   sbx_spawn_req *r = arg;
   sigset_t none;
+  /* a lower priority is always allowed: the boost ends here */
+  if (sbx_child_nice != INT_MIN) setpriority(PRIO_PROCESS, 0, sbx_child_nice);
   /* first of all, before any fd changes: our own table (see the top) */
   if (r->keep_below > 0 &&
       syscall(SYS_close_range, (unsigned)r->keep_below, ~0U, CLOSE_RANGE_UNSHARE) < 0) {

@@ -65,6 +65,11 @@ pid_t sbx_spawn(sbx_spawn_req *r, int *pidfd);
 ** closed). See spawn.c. */
 int sbx_fd_park(int fd);
 
+/* The nice value children start with, when the thread that spawns them
+** runs at another one (INT_MIN, the default: theirs is inherited). The
+** sbxlua binary raises its own threads' priority: see main.c. */
+extern int sbx_child_nice;
+
 /* The signals the child of sbx_spawn resets that are SIG_IGN now. */
 void sbx_ignored_signals(sigset_t *set);
 

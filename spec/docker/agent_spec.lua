@@ -73,6 +73,23 @@ describe("docker agent", function()
     assert.equal(0, exec_count(sb))
   end)
 
+  it("docker stop ends it at once: the agent as init exits on SIGTERM, its commands with it", function()
+    local sb <close> = sbx.sandbox("docker", { image = IMAGE })
+    local p = sb:spawn("sleep", { "300" })
+    assert.equal("up\n", sb:execute_command("echo up").stdout)      -- p has started
+    local cid = sb:session_state().state.container
+    -- without a handler the kernel drops SIGTERM sent to an init, and the
+    -- engine sends SIGKILL after t seconds: exit code 137 instead of 143
+    local r = assert(http.request{ url = "http://docker/v1.41/containers/" .. cid .. "/stop?t=40",
+                                   unix_socket = SOCK, method = "POST", timeout = 90 })
+    assert.equal(204, r.status, r.body)
+    local _, c = engine("GET", "/containers/" .. cid .. "/json")
+    assert.is_false(c.State.Running)
+    assert.equal(143, c.State.ExitCode)
+    local kind = kind_of(function() p:wait() end)
+    assert.is_true(kind == "SandboxConnectionError" or kind == "SandboxNotFoundError", tostring(kind))
+  end)
+
   it("an agent killed mid-command is a clear error; the sandbox still works and is destroyable", function()
     local sb = sbx.sandbox("docker", { image = IMAGE })
     local cid = sb:session_state().state.container

@@ -869,19 +869,39 @@ static void raise_nofile(server *s) {
   if (up.rlim_cur > s->nofile.rlim_cur) setrlimit(RLIMIT_NOFILE, &up);
 }
 
+volatile sig_atomic_t agent_terminated;
+
+static void on_term(int sig) { agent_terminated = sig; }
+
+/* As a container's init the kernel drops a signal it has no handler for,
+** so `docker stop`'s SIGTERM would wait out the grace period and end in a
+** SIGKILL. With one, the commands are stopped and the agent exits. (No
+** SA_RESTART: poll returns at once; a signal just before it waits at
+** most ORPHAN_MS.) */
+static void term_as_init(server *s) {
+  if (s->self != 1) return;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_term;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+}
+
 int agent_serve(void) {
   static server srv;               /* its scratch buffer is too big for a stack */
   server *s = &srv;
   pollset ps = {NULL, NULL, 0, 0};
   s->out_ok = s->in_open = 1;
   s->self = getpid();
+  term_as_init(s);
   raise_nofile(s);
   signal(SIGPIPE, SIG_IGN);        /* a gone host or command is EPIPE */
   sbx_ignored_signals(&s->ignored);  /* what each command's child resets */
   fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
   fcntl(1, F_SETFL, fcntl(1, F_GETFL) | O_NONBLOCK);
   hello(s);
-  while (s->in_open && !s->broken && s->out_ok) {
+  while (s->in_open && !s->broken && s->out_ok && !agent_terminated) {
     flush(s);
     /* Housekeeping waits while a command starts: the supervisor just woken
     ** by its request would wait for this CPU (a pipe's wakeup puts the

@@ -129,6 +129,7 @@ M.ENV = {
   { "XDG_CONFIG_HOME", "where $XDG_CONFIG_HOME/sbxlua/config.yaml is looked up (default ~/.config)" },
   { "XDG_STATE_HOME", "the state directory's parent when SBX_STATE_DIR is unset" },
   { "SBX_PROGRESS", "0 or off, auto, plain, tty: as --progress=MODE, which wins" },
+  { "SBX_LOOP_BOOST", "nice steps sbxlua's own threads run above its commands where it may (default 5, 0 off)" },
   { "SBX_LUA_PATH", "load lua/ from this source tree instead of the embedded copy (development)" },
 }
 

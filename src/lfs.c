@@ -387,25 +387,36 @@ static void rm_contents(Rm *rm, int dfd, int depth) {
   closedir(d);
 }
 
-/* Remove dfd/name and everything below it; 0 or an errno. */
-static int rm_tree(int dfd, const char *name) {
-  Rm rm = {-1, 0, 0, 0};
+/* Open the directory dfd/name and empty it, staying on its mount: 0 and
+** its fd in *fdp (the caller closes it; rm->err says what could not go),
+** or an errno. */
+static int rm_empty(int dfd, const char *name, Rm *rm, int *fdp) {
   int fd, mroot;
-  if (unlinkat(dfd, name, 0) == 0) return 0;
-  if (errno != EISDIR && errno != EPERM) return errno;
-  rm.mnt = mount_of(dfd, name, &mroot);
+  rm->mnt = mount_of(dfd, name, &mroot);
   if (mroot) return EXDEV;  /* a mount point: not ours to empty */
   rm_fix(dfd, name);
   fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return errno;
-  rm.topfd = fd;
-  if (rm_foreign(&rm, fd, "")) {
+  rm->topfd = fd;
+  if (rm_foreign(rm, fd, "")) {
     close(fd);
     return EXDEV;
   }
   int wfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (wfd < 0) rm_note(&rm, errno);
-  else rm_contents(&rm, wfd, 0);
+  if (wfd < 0) rm_note(rm, errno);
+  else rm_contents(rm, wfd, 0);
+  *fdp = fd;
+  return 0;
+}
+
+/* Remove dfd/name and everything below it; 0 or an errno. */
+static int rm_tree(int dfd, const char *name) {
+  Rm rm = {-1, 0, 0, 0};
+  int fd;
+  if (unlinkat(dfd, name, 0) == 0) return 0;
+  if (errno != EISDIR && errno != EPERM) return errno;
+  int err = rm_empty(dfd, name, &rm, &fd);
+  if (err) return err;
   close(fd);
   if (unlinkat(dfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT) return 0;
   return rm.err ? rm.err : errno;
@@ -981,15 +992,8 @@ static int fs_spare_dir(lua_State *L) {
   const char *dir = host_path(L, 1), *spare = host_path(L, 2);
   if (!dir || !spare) return fs_fail(L, "spare", lua_tostring(L, 1), E_INVAL);
   Rm rm = {-1, 0, 0, 0};
-  int mroot;
-  rm.mnt = mount_of(AT_FDCWD, dir, &mroot);
-  if (mroot) return fs_fail(L, "spare", dir, EXDEV);
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return fs_fail(L, "spare", dir, errno);
-  rm.topfd = fd;
-  int wfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-  if (wfd < 0) rm_note(&rm, errno);
-  else rm_contents(&rm, wfd, 0);
+  int fd, err = rm_empty(AT_FDCWD, dir, &rm, &fd);
+  if (err) return fs_fail(L, "spare", dir, err);
   int ok = !rm.err && pristine(fd);
   close(fd);
   if (rm.err) return fs_fail(L, "spare", dir, rm.err);

@@ -36,7 +36,7 @@ static void ensure_std_fds(void) {
 ** run SBX_LOOP_BOOST (default 5, 0: off) nice steps above where it was
 ** started; every command starts at that original value (sbx_child_nice),
 ** and so do os.execute's and io.popen's, which are wrapped below. */
-static int boosted = INT_MIN, original;
+static int boosted = INT_MIN;  /* the threads' nice; the original is sbx_child_nice */
 
 static void boost_loop(void) {
   const char *v = getenv("SBX_LOOP_BOOST");
@@ -48,7 +48,6 @@ static void boost_loop(void) {
   if (errno) return;
   int target = nice - steps < -20 ? -20 : nice - steps;
   if (target == nice || setpriority(PRIO_PROCESS, 0, target) < 0) return;
-  original = nice;
   boosted = target;
   sbx_child_nice = nice;
 }
@@ -59,7 +58,7 @@ static int unboosted(lua_State *L) {
   int n = lua_gettop(L);
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, 1);
-  if (boosted != INT_MIN) setpriority(PRIO_PROCESS, 0, original);
+  if (boosted != INT_MIN) setpriority(PRIO_PROCESS, 0, sbx_child_nice);
   int status = lua_pcall(L, n, LUA_MULTRET, 0);
   if (boosted != INT_MIN) setpriority(PRIO_PROCESS, 0, boosted);
   if (status != LUA_OK) return lua_error(L);

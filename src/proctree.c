@@ -142,17 +142,10 @@ static int populated(char *path) {
   cg *c = cg_of(path);
   char buf[256];
   if (c->events < 0) {
-    if (snprintf(buf, sizeof buf, "%s/cgroup.events", path) >= (int)sizeof buf) {
-      if (strlen(path) + 15 >= MAXPATH) return -1;
-      char *big = malloc(MAXPATH);
-      if (!big) return -1;
-      snprintf(big, MAXPATH, "%s/cgroup.events", path);
-      c->events = open(big, O_RDONLY | O_CLOEXEC);
-      free(big);
-    } else {
-      c->events = open(buf, O_RDONLY | O_CLOEXEC);
-    }
-    if (c->events < 0) return -1;
+    char file[MAXPATH];
+    if (snprintf(file, sizeof file, "%s/cgroup.events", path) >= (int)sizeof file)
+      return -1;
+    if ((c->events = open(file, O_RDONLY | O_CLOEXEC)) < 0) return -1;
     c->events = sbx_fd_park(c->events);
   }
   ssize_t n = pread(c->events, buf, sizeof buf - 1, 0);

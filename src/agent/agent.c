@@ -254,7 +254,7 @@ static int cmd_sleep(void) {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGCHLD);
   sigprocmask(SIG_BLOCK, &set, NULL);
-  if (agent_terminated) return 128 + agent_terminated;   /* came as serve ended */
+  if (agent_terminated) return 128 + agent_terminated;   /* it ended serve, or came as serve ended */
   do {                             /* as a container's init: orphans are reaped */
     sigwait(&set, &sig);
     while (waitpid(-1, NULL, WNOHANG) > 0) {}
@@ -269,8 +269,7 @@ static int cmd_sleep(void) {
 ** only while its first process lives), so the host always hears of it. */
 static int cmd_sleep_serve(void) {
   agent_serve();                   /* the link's end is the host's, not the container's */
-  if (agent_terminated) return 128 + agent_terminated;   /* docker stop: gone at once */
-  return cmd_sleep();
+  return cmd_sleep();              /* (at once when serve ended on docker stop's TERM) */
 }
 
 static int cmd_kill(int argc, char **argv) {

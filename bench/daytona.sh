@@ -6,6 +6,9 @@
 # SDK/sbxlua ratio; the raw HTTP round trips under them for reference.
 #
 #   bench/daytona.sh            N_CREATE=10 N_EXEC=100 N_RW=100 (QUICK=1: 3/10/10)
+#   LIGHT=1 bench/daytona.sh    light sandboxes (no process behind them: the
+#                               stand-in answers commands), so the clients and
+#                               the wire are what is measured
 #
 # SBXLUA=path (default build/sbxlua). The SDK comes from spec/support/pyvenv.sh
 # (daytona==0.226.1); without it the SDK column says why.
@@ -22,13 +25,14 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+light=; [ "${LIGHT:-0}" = 1 ] && light="--backend light"
 SBX_STATE_DIR=$work/standin "$SBXLUA" "$ROOT/spec/support/standin/daytona.lua" --port-file "$work/port" \
-  --key "$key" --parent $$ --max-cpu 64 2>"$work/standin.log" &
+  --key "$key" --parent $$ --max-cpu 64 $light 2>"$work/standin.log" &
 standin=$!
 for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
 [ -s "$work/port" ] || { echo "the stand-in did not start:"; cat "$work/standin.log"; exit 1; }
 url=http://127.0.0.1:$(cat "$work/port")
-echo "stand-in $url; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "stand-in $url (${light:+light sandboxes}${light:-real sandboxes}); load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 DAYTONA_API_URL=$url DAYTONA_API_KEY=$key SBX_STATE_DIR=$work/client \
   "$SBXLUA" "$BENCH/daytona_bench.lua" "$N_CREATE" "$N_EXEC" "$N_RW" > "$work/sbxlua.txt" || exit 1
 if py=$("$ROOT/spec/support/pyvenv.sh" daytona "daytona==0.226.1" 2>"$work/venv.err"); then

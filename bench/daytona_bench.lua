@@ -14,16 +14,49 @@ local function line(what, t)
   io.stdout:flush()
 end
 
-line("create+destroy", C.time(n_create, 1, function()
+local url, key = os.getenv("DAYTONA_API_URL"), os.getenv("DAYTONA_API_KEY")
+local h = { authorization = "Bearer " .. key, ["content-type"] = "application/json" }
+
+local function pair(n, ours, raw, warm)
+  for _ = 1, warm or 3 do ours() raw() end
+  local a, b = {}, {}
+  for i = 1, n do
+    local t0 = C.now() ours() a[i] = (C.now() - t0) * 1e3
+    t0 = C.now() raw() b[i] = (C.now() - t0) * 1e3
+  end
+  return a, b
+end
+
+-- The raw exchange of a create+destroy as sbxlua makes it: POST /sandbox,
+-- GET /sandbox/{id} on sbxlua's schedule (50 ms, then 1.5x longer each)
+-- until started, GET user-home-dir, DELETE.
+local nraw = 0
+local function raw_create()
+  nraw = nraw + 1
+  local r = assert(http.request{ method = "POST", url = url .. "/sandbox", headers = h,
+    body = json.encode{ name = "bench-raw-" .. nraw .. "-" .. require("sbx.proc").getpid(),
+                        labels = { bench = "raw" }, autoStopInterval = 0 } })
+  assert(r.status == 200, r.body)
+  local v, wait = json.decode(r.body), 0.05
+  while v.state ~= "started" do
+    assert(v.state ~= "error", v.errorReason)
+    sbx.sleep(wait)
+    wait = math.min(wait * 1.5, 1)
+    v = json.decode(assert(http.request{ url = url .. "/sandbox/" .. v.id, headers = h }).body)
+  end
+  assert(assert(http.request{ url = v.toolboxProxyUrl .. "/" .. v.id .. "/user-home-dir", headers = h }).status == 200)
+  assert(assert(http.request{ method = "DELETE", url = url .. "/sandbox/" .. v.id, headers = h }).status < 300)
+end
+
+local cr, rcr = pair(n_create, function()
   local sb = sbx.sandbox("daytona")
   sb:destroy()
-end))
+end, raw_create, 1)
+line("create+destroy", cr)
 
 local sb <close> = sbx.sandbox("daytona")
 assert(sb:execute_command("true", {}).exit_code == 0)   -- uploads the agent, opens the session
 local blob = string.rep("x", 1024)
-local url, key = os.getenv("DAYTONA_API_URL"), os.getenv("DAYTONA_API_KEY")
-local h = { authorization = "Bearer " .. key, ["content-type"] = "application/json" }
 local st = sb:session_state().state
 local tb = url .. "/toolbox/" .. st.sid
 
@@ -49,15 +82,6 @@ local function raw_rw()
   assert(up.status == 200, up.body)
   assert(assert(http.request{ url = tb .. "/files/download?path=" .. http.escape(sb.workdir .. "/r.txt"), headers = h }).body == blob)
 end
-local function pair(n, ours, raw)
-  for _ = 1, 3 do ours() raw() end
-  local a, b = {}, {}
-  for i = 1, n do
-    local t0 = C.now() ours() a[i] = (C.now() - t0) * 1e3
-    t0 = C.now() raw() b[i] = (C.now() - t0) * 1e3
-  end
-  return a, b
-end
 
 local ex, rex = pair(n_exec, function()
   local r = sb:execute_command("true", {})
@@ -81,5 +105,6 @@ line("raw POST process/execute true", C.time(n_exec, 3, function()
   assert(assert(http.request{ method = "POST", url = tb .. "/process/execute", headers = h,
                               body = json.encode{ command = "true" } }).status == 200)
 end))
+line("raw create+destroy (sbxlua's polls)", rcr)
 line("raw POST session exec (agent) true", rex)
 line("raw upload-v2 + download 1KiB", rrw)

@@ -8,6 +8,9 @@
 #
 #   bench/tensorlake.sh            N_CREATE=10 N_EXEC=50 N_RW=100; QUICK=1: small N
 #   SBXLUA=path bench/tensorlake.sh
+#   LIGHT=1 bench/tensorlake.sh    light sandboxes (no process behind them: the
+#                                  stand-in answers commands), so the clients and
+#                                  the wire are what is measured
 set -uo pipefail
 BENCH=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$BENCH/.." && pwd)
@@ -35,7 +38,8 @@ fi
 PY=$("$ROOT/spec/support/pyvenv.sh" tensorlake "tensorlake==0.5.163") || die "no venv for the SDK (see above)"
 
 # the stand-in: its own state directory, its sandboxes destroyed when it stops
-(cd "$ROOT" && SBX_STATE_DIR=$TMP/standin exec "$SBXLUA" spec/support/standin/tensorlake.lua --port-file "$TMP/port") \
+light=; [ "${LIGHT:-0}" = 1 ] && light=--light
+(cd "$ROOT" && SBX_STATE_DIR=$TMP/standin exec "$SBXLUA" spec/support/standin/tensorlake.lua --port-file "$TMP/port" $light) \
   2>"$TMP/standin.log" &
 STANDIN=$!
 for _ in $(seq 200); do [ -s "$TMP/port" ] && break; sleep 0.05; done
@@ -52,7 +56,7 @@ SDK=$(HOME=$TMP "$PY" "$BENCH/tensorlake_sdk.py" "$N_CREATE" "$N_EXEC" "$N_RW") 
 log "sdk: $SDK"
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
 
-printf '# tensorlake on its stand-in (load %s -> %s); p50 ms\n' "$load0" "$load1"
+printf '# tensorlake on its stand-in (%s sandboxes; load %s -> %s); p50 ms\n' "$([ -n "$light" ] && echo light || echo real)" "$load0" "$load1"
 printf '| op | raw HTTP | sbxlua | SDK | sbxlua - raw | SDK / sbxlua |\n|---|---|---|---|---|---|\n'
 for op in create exec rw; do
   jq -rn --argjson s "$SBX" --argjson p "$SDK" --arg op "$op" '

@@ -241,3 +241,55 @@ describe("daytona provider", function()
     home.cleanup()
   end)
 end)
+
+-- The stand-in's light sandboxes (--backend light: bench/daytona.sh LIGHT=1
+-- measures the clients on them): the provider's whole path works on them,
+-- the agent's status record included, with no process behind a sandbox.
+describe("daytona provider on light sandboxes", function()
+  local s
+  setup(function()
+    s = DP.start{ max_cpu = 64, backend = "light" }
+    s:use()
+  end)
+  teardown(function()
+    DP.restore()
+    if s then s:stop() end
+  end)
+  before_each(function() config.use{ providers = { daytona = cfg{} } } end)
+
+  it("runs commands with exact argv, stdout and stderr apart, exit codes and exit kinds", function()
+    local sb <close> = sbx.sandbox("daytona")
+    local r = sb:execute_command("echo", { "it's", "a b" })
+    assert.same({ 0, "it's a b\n", "" }, { r.exit_code, r.stdout, r.stderr })
+    r = sb:execute_command("cat", { "/no/such" })
+    assert.equal(1, r.exit_code)
+    assert.equal("", r.stdout)
+    assert.matches("No such file", r.stderr)
+    assert.equal(1, sb:execute_command("false", {}).exit_code)
+    local err = S.caught(function() sb:execute_command("no-such-program", {}) end)
+    assert.equal("SandboxExecutionError", err and err.kind)          -- as the conformance suite asks
+    assert.matches("no%-such%-program", err.message)
+    err = S.caught(function() sb:execute_command("true", {}, { cwd = "/no/such/dir" }) end)
+    assert.matches("/no/such/dir", err and err.message or "no error for a missing cwd")
+  end)
+
+  it("moves files: write, read, list, mkdir, remove", function()
+    local sb <close> = sbx.sandbox("daytona")
+    sb:write_file("d/a.txt", "one\0two")
+    assert.equal("one\0two", sb:read_file("d/a.txt"))
+    sb:mkdir("d/sub")
+    local names = {}
+    for _, e in ipairs(sb:list_files("d")) do names[#names + 1] = e.name .. (e.is_dir and "/" or "") end
+    assert.same({ "a.txt", "sub/" }, names)
+    sb:remove("d/a.txt")
+    assert.equal("FileNotFoundError", (S.caught(function() sb:read_file("d/a.txt") end) or {}).kind)
+  end)
+
+  it("destroys: nothing of the job is left on the stand-in", function()
+    local sb = sbx.sandbox("daytona")
+    local id = sb.id
+    sb:execute_command("true", {})
+    sb:destroy()
+    for _, v in ipairs(s:sandboxes()) do assert.is_not.equal(id, (v.labels or {})["sbxlua.id"]) end
+  end)
+end)

@@ -18,7 +18,9 @@
 -- As a process (its own SBX_STATE_DIR keeps its sandboxes out of the
 -- tested process's session):
 --   SBX_STATE_DIR=... build/sbxlua spec/support/standin/daytona.lua --port-file F
---       [--key K] [--max-cpu N] [--polls N] [--backend bwrap|local] [--parent PID]
+--       [--key K] [--max-cpu N] [--polls N] [--backend bwrap|local|light] [--parent PID]
+-- --backend light: no process behind a sandbox (daytona_light.lua answers
+-- the commands the clients send), for runs that measure the clients.
 -- The port file is written once the server listens; SIGTERM ends it and
 -- destroys every backing sandbox.
 local root = (arg and arg[0] or ""):match("^(.*)/spec/support/standin/daytona%.lua$")
@@ -127,6 +129,7 @@ function Standin:boot(s, snapshot)
 end
 
 function Standin:make_backing(s)
+  if self.backend == "light" then return require("spec.support.standin.daytona_light").new() end
   local o = { allow_internet = false, env_vars = s.env }
   return sbx.sandbox(self.backend, o)
 end
@@ -312,7 +315,8 @@ function Standin:handle(req, res)
   return self:api(req, r, params, body)
 end
 
----start{ port = 0, key = "standin-key", max_cpu = 16, polls = 3, backend =, source = } -> the stand-in
+---start{ port = 0, key = "standin-key", max_cpu = 16, polls = 3, backend = "bwrap"|"local"|"light", source = }
+---  -> the stand-in
 function M.start(o)
   o = o or {}
   local apidoc, tbdoc = M.documents(o.source or os.getenv("SBX_SOURCE_DIR") or root)

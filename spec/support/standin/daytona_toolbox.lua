@@ -128,15 +128,18 @@ local function session_view(s)
   return '{"sessionId":' .. json.encode(s.id) .. ',"commands":[' .. table.concat(cmds, ",") .. "]}"
 end
 
-local function start_command(sb, s, command)
+-- A session command; an asynchronous one (async) is waited for by a task
+-- of its own, the others by the request.
+local function start_command(sb, s, command, async)
   local c = { id = require("sbx.proc").random_hex(16), command = command, stdout = {}, stderr = {}, output = {} }
   c.p = sb:spawn("sh", { "-c", command }, { timeout = 7 * 86400, max_output_bytes = 256 << 20,
     on_stdout = function(d) c.stdout[#c.stdout + 1] = d c.output[#c.output + 1] = d end,
     on_stderr = function(d) c.stderr[#c.stderr + 1] = d c.output[#c.output + 1] = d end })
-  c.task = loop.spawn(function()
+  local function wait()
     local ok, r = pcall(c.p.wait, c.p)
     c.exitCode = ok and (r.exit_code or (128 + 9)) or -1
-  end)
+  end
+  if async then c.task = loop.spawn(wait) else wait() end
   s.commands[c.id] = c
   s.order[#s.order + 1] = c
   return c
@@ -194,9 +197,9 @@ function M.handle(st, req, res, sid, path)
     s.sessions[sess.id] = nil
     return 204, ""
   elseif op == "SessionExecuteCommand" then
-    local cmd = start_command(sb, sess, body.command)
-    if body.runAsync or body.async then return 202, { cmdId = cmd.id } end
-    cmd.task:join()
+    local async = body.runAsync or body.async
+    local cmd = start_command(sb, sess, body.command, async)
+    if async then return 202, { cmdId = cmd.id } end
     return 200, { cmdId = cmd.id, exitCode = cmd.exitCode, output = U(table.concat(cmd.output)),
                   stdout = U(table.concat(cmd.stdout)), stderr = U(table.concat(cmd.stderr)) }
   elseif op == "GetSessionCommand" then

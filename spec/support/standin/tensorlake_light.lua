@@ -172,4 +172,7 @@ function Box:spawn(cmd, args, opts)
   return setmetatable({ pid = self.next_pid, result = { exit_code = code, timed_out = false } }, Proc)
 end
 
+-- for the other stand-ins' light sandboxes (daytona_light.lua)
+M.Box, M.Proc, M.BUILTIN, M.norm = Box, Proc, BUILTIN, norm
+
 return M

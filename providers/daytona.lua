@@ -33,9 +33,13 @@ local SCHEMA = {
 }
 
 -- This provider's settings, the schema's defaults under what the config sets.
+local defaulted                  -- config() is the same table until the settings change
 local function settings()
   local c = config()
-  for k, v in pairs(SCHEMA) do if c[k] == nil then c[k] = v.default end end
+  if c ~= defaulted then
+    for k, v in pairs(SCHEMA) do if c[k] == nil then c[k] = v.default end end
+    defaulted = c
+  end
   return c
 end
 
@@ -45,10 +49,10 @@ local function fail(kind, msg, op, extra)
   errors.raise(kind, "daytona: " .. (op and (op .. ": ") or "") .. msg, f)
 end
 
-local function hex(n)
+local function hex(n)            -- n hex digits, 8 per draw
   local t = {}
-  for i = 1, n do t[i] = string.format("%x", math.random(0, 15)) end
-  return table.concat(t)
+  for i = 1, (n + 7) // 8 do t[i] = string.format("%08x", math.random(0, 0xffffffff)) end
+  return table.concat(t):sub(1, n)
 end
 
 local function key()

@@ -263,7 +263,19 @@ function M.set_path(path) explicit = path; current = nil end
 
 ---A search path: the directories of $env (colon-separated), then the
 ---config's `key` list. With `lenient`, a broken config only drops its part.
+-- The last answer per (env, key, lenient), kept while $env and the config
+-- are the same: every request of a cloud provider looks its script up.
+local paths = {}
 function M.search_path(env, key, lenient)
+  local ev, slot = os.getenv(env), env .. "\0" .. key .. (lenient and "\0l" or "")
+  local hit = paths[slot]
+  if hit and hit.env == ev and hit.cfg == current and current then return hit.dirs end
+  local dirs = M.search_path_fresh(env, key, lenient)
+  paths[slot] = { env = ev, cfg = current, dirs = dirs }
+  return dirs
+end
+
+function M.search_path_fresh(env, key, lenient)
   local dirs = {}
   for d in (os.getenv(env) or ""):gmatch("[^:]+") do dirs[#dirs + 1] = d end
   local ok, cfg = true, nil

@@ -276,8 +276,19 @@ function M.check(p, file, name, source)
                               { file = file, line = probs[1].line, problems = probs })
 end
 
+-- The classes (metatables with a table __index) whose handles had every
+-- method: a handle of one with no method of its own passes at once.
+local classes = setmetatable({}, { __mode = "k" })
+
+local function own_methods(ph)
+  for _, m in ipairs(M.PROCESS) do if rawget(ph, m) ~= nil then return true end end
+  return false
+end
+
 ---Check what spawn() returned; raises SandboxExecutionError naming `where`.
 function M.check_process(ph, where)
+  local mt = type(ph) == "table" and getmetatable(ph)
+  if mt and classes[mt] and not own_methods(ph) then return ph end
   local missing = {}
   for _, m in ipairs(M.PROCESS) do
     local ok, v = pcall(function() return ph[m] end)
@@ -288,6 +299,7 @@ function M.check_process(ph, where)
     require("sbx.core.errors").raise("SandboxExecutionError", where .. ": spawn() returned a process handle without "
       .. table.concat(missing, ", ") .. " (see docs/providers.md, ProcessHandle)", { op = "exec" })
   end
+  if type(mt) == "table" and type(rawget(mt, "__index")) == "table" and not own_methods(ph) then classes[mt] = true end
   return ph
 end
 

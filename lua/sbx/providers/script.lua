@@ -158,14 +158,25 @@ function M.environment(name)
   -- Whose sandboxes these are: the sbxlua.host and sbxlua.lock labels of create.
   local owner = require "sbx.state.owner"
   env.owner = { hostname = owner.hostname, lock_path = owner.lock_path }
-  -- Its own settings (providers.NAME in sbx.yaml, with the schema's defaults).
-  env.config = function() return copy(require("sbx.core.config").provider(name)) end
+  -- Its own settings (providers.NAME in sbx.yaml, with the schema's defaults):
+  -- the script's own copy, the same table until the settings change (a
+  -- cloud provider reads them on every request).
+  local config = require "sbx.core.config"
+  local seen, mine, creds
+  env.config = function()
+    local p = config.provider(name)
+    if p ~= seen then seen, mine, creds = p, copy(p), nil end
+    return mine
+  end
   -- Only the variables its config names as credentials (type "env" keys).
   env.env = function(var)
-    local cfg = require("sbx.core.config").provider(name)
-    for _, v in pairs(require("sbx.providers").credentials(name, cfg)) do
-      if v == var then return os.getenv(var) end
+    local p = config.provider(name)
+    if p ~= seen then seen, mine, creds = p, copy(p), nil end
+    if not creds then
+      creds = {}
+      for _, v in pairs(require("sbx.providers").credentials(name, p)) do creds[v] = true end
     end
+    if creds[var] then return os.getenv(var) end
     refuse(2, "env('" .. tostring(var) .. "'): not a variable this provider's config names",
            "declare a key of type \"env\" in config_schema, e.g. api_key_env")
   end

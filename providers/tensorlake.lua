@@ -159,11 +159,7 @@ end
 
 -- ------------------------------------------------------------ processes
 
-local function random_tag()
-  local t = {}
-  for i = 1, 16 do t[i] = string.format("%x", math.random(0, 15)) end
-  return table.concat(t)
-end
+local function random_tag() return random_hex(8) end
 
 -- A short helper command (mkdir, chmod, rm): its exit code and stderr.
 local function run_cmd(h, argv, what)
@@ -223,9 +219,14 @@ local Run = process_handle.class{
     elseif self.refused == "nocwd" then self.status = { kind = "nocwd", n = 2 }
     elseif self.refused == "notdir" then self.status = { kind = "nocwd", n = 20 } end
     if self.redirected and not self.refused and self.status.kind ~= "lost" then
-      for which, f in ipairs{ self.files.out, self.files.err } do
-        local res = daemon(self.h):request("GET", "/api/v1/files", { query = { path = f }, op = "exec output",
-          ok = { [404] = true }, max_body = self.max + 1 })
+      local function fetch(f)          -- both files at once: one round trip, not two
+        return function()
+          return daemon(self.h):request("GET", "/api/v1/files", { query = { path = f }, op = "exec output",
+            ok = { [404] = true }, max_body = self.max + 1 })
+        end
+      end
+      local outs = { cloud.all(fetch(self.files.out), fetch(self.files.err)) }
+      for which, res in ipairs(outs) do
         if res.status == 200 and res.body ~= "" then self:_deliver(which, res.body) end
         if res.truncated then self.truncated = true end
       end

@@ -142,3 +142,24 @@ describe("cloud.multipart and cloud.agent", function()
     assert.equal(id, select(2, cloud.agent()))
   end)
 end)
+
+describe("cloud.all", function()
+  it("runs the functions at once and answers their results in order", function()
+    local ev = loop.event()
+    local a, b, c = cloud.all(function() ev:wait() return "first" end,     -- waits for the second: at once, or never
+                              function() ev:notify() return "second" end,
+                              function() return nil end)
+    assert.same({ "first", "second" }, { a, b })
+    assert.is_nil(c)
+  end)
+
+  it("raises the error of the one that failed, the others cancelled", function()
+    local ran_on = false
+    local err = S.caught(function()
+      cloud.all(function() error({ kind = "SandboxConnectionError", message = "cut" }, 0) end,
+                function() loop.sleep(30) ran_on = true end)
+    end)
+    assert.equal("SandboxConnectionError", err and err.kind)
+    assert.is_false(ran_on)
+  end)
+end)

@@ -212,6 +212,39 @@ function M.multipart(parts)
   return table.concat(out), "multipart/form-data; boundary=" .. boundary
 end
 
+---all(f1, f2, ...) -> r1, r2, ...: the functions at once, each in a task of
+---its own (a request each: their round trips overlap), their first results
+---in order. When one raises, the others are cancelled and its error is
+---raised once all have ended; outside a task they run one after another.
+function M.all(...)
+  local fns, n = { ... }, select("#", ...)
+  local loop = require "sbx.loop"
+  local out = {}
+  if n < 2 or not loop.current() then
+    for i = 1, n do out[i] = fns[i]() end
+    return table.unpack(out, 1, n)
+  end
+  local tasks = {}
+  for i = 2, n do tasks[i] = loop.spawn(fns[i]) end
+  local failure
+  local ok, err = pcall(function()
+    local fok, v = pcall(fns[1])
+    if fok then out[1] = v else failure = v end
+    for i = 2, n do
+      if failure ~= nil then tasks[i]:cancel() end
+      local tok, r = tasks[i]:join()
+      if tok then out[i] = r elseif failure == nil then failure = r end
+    end
+  end)
+  if not ok then                    -- we were cancelled: take the others down too
+    for i = 2, n do tasks[i]:cancel() end
+    for i = 2, n do tasks[i]:join() end
+    error(err, 0)
+  end
+  if failure ~= nil then error(failure, 0) end
+  return table.unpack(out, 1, n)
+end
+
 local agent_bytes, agent_id
 ---agent() -> bytes, id: this build's static sbx-agent (docs/agent-protocol.md;
 ---`sbx-agent run` supervises one command: a subreaper, a timeout that kills

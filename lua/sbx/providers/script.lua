@@ -137,7 +137,7 @@ function M.environment(name)
   local cloud = require "sbx.providers.cloud"
   env.cloud = { client = cloud.client, error_for = cloud.error_for, labels = cloud.labels,
                 retry_after = cloud.retry_after, message_of = cloud.message_of,
-                multipart = cloud.multipart, agent = cloud.agent }
+                multipart = cloud.multipart, agent = cloud.agent, all = cloud.all }
   env.builtin = builtin
   -- The host, for a provider that wraps a host program (safehouse): its
   -- kernel name, and the absolute path of an executable regular file, a

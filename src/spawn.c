@@ -245,6 +245,7 @@ static pid_t spawn_forked(sbx_spawn_req *r, struct clone_args *ca, int *pidfd, i
 
 static int refused(int err) { return err == ENOSYS || err == EPERM; }
 
+#ifdef SBX_CLONE_TRAMPOLINE
 /* 1 + the highest fd the child needs, at least 3 (its stdio). */
 static int fds_needed(const sbx_spawn_req *r) {
   int k = 2;
@@ -258,6 +259,7 @@ static int fds_needed(const sbx_spawn_req *r) {
       if (lists[l][i] > k) k = lists[l][i];
   return k + 1;
 }
+#endif
 
 /* Whether children may share the fd table until they copy their part:
 ** 1 yes, 0 no (close_range's CLOSE_RANGE_UNSHARE, Linux 5.9, refused by

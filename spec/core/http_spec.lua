@@ -24,13 +24,7 @@ local function vm_kb(field)
   return kb
 end
 
--- AddressSanitizer keeps freed memory in quarantine: RSS says nothing there.
-local function sanitized()
-  local f = assert(io.open("/proc/self/maps"))
-  local asan = f:read("a"):find("libasan", 1, true) ~= nil
-  f:close()
-  return asan
-end
+local sanitized = S.sanitized    -- RSS bounds say nothing under ASan
 
 -- byte i (from 0) of a /big body
 local function pattern(from, n)

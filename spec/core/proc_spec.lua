@@ -154,6 +154,7 @@ describe("sbx.proc", function()
     assert.is_true(r.truncated)
     r = run({ "sh", "-c", "head -c 300000000 /dev/urandom >&2" })
     assert.equal(1024 * 1024, #r.stderr)
+    if S.sanitized() then return end     -- ASan's quarantine holds the freed chunks (17-35 MB seen)
     assert.is_true(hwm_kb() - before < 32 * 1024, "peak RSS grew by more than 32 MiB")
   end)
 

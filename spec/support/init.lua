@@ -125,6 +125,15 @@ end
 function S.alive(pattern) return S.pgrep(pattern) > 0 end
 
 ---tag([prefix]) -> a name no other run uses: prefix and 16 hex digits.
+---Under AddressSanitizer (the ASan build)? Its allocator keeps freed
+---memory in quarantine, so a bound on RSS says nothing there.
+function S.sanitized()
+  local f = assert(io.open("/proc/self/maps"))
+  local asan = f:read("a"):find("libasan", 1, true) ~= nil
+  f:close()
+  return asan
+end
+
 function S.tag(prefix) return (prefix or "sbxspec") .. proc.random_hex(8) end
 
 ---tmpdir(prefix) -> a new private directory under /tmp.

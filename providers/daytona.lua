@@ -49,12 +49,6 @@ local function fail(kind, msg, op, extra)
   errors.raise(kind, "daytona: " .. (op and (op .. ": ") or "") .. msg, f)
 end
 
-local function hex(n)            -- n hex digits, 8 per draw
-  local t = {}
-  for i = 1, (n + 7) // 8 do t[i] = string.format("%08x", math.random(0, 0xffffffff)) end
-  return table.concat(t):sub(1, n)
-end
-
 local function key()
   local c = settings()
   local k = env(c.api_key_env)
@@ -438,7 +432,7 @@ local function ready(h)
       h.agent = path
     end
     if not h.session then
-      local sid = "sbxlua-" .. hex(16)
+      local sid = "sbxlua-" .. random_hex(16)
       local res = tb(h, "POST", "/process/session", { json = { sessionId = sid }, op = "exec" })
       if res.status >= 400 then tb_fail(h, res, "exec", "session") end
       h.session = sid
@@ -595,7 +589,7 @@ local FEEDER = [[while IFS= read -r l; do [ "$l" = . ] && break; printf %s "$l" 
 
 local function spawn(h, req)
   ready(h)
-  local nonce = hex(16)
+  local nonce = random_hex(16)
   -- pid files are slots of the sandbox, reused once their command ended
   -- (the agent rewrites its file; nothing is removed after each command)
   h.slots, h.nslots = h.slots or {}, h.nslots or 0
@@ -741,7 +735,7 @@ return {
   read_file = read_file, write_file = write_file, list_files = list_files, stat = stat,
   mkdir = mkdir, remove = remove, put_tree = put_tree, get_tree = get_tree,
   snapshot = function(h)
-    local name = "sbxlua-" .. h.id .. "-" .. hex(8)
+    local name = "sbxlua-" .. h.id .. "-" .. random_hex(8)
     api():json("POST", "/sandbox/" .. h.sid .. "/snapshot", { json = { name = name }, op = "snapshot" })
     await_started(get(h.sid, "snapshot"), "snapshot", timer.now() + settings().create_timeout)
     return { snapshot_id = name }

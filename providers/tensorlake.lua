@@ -159,7 +159,7 @@ end
 
 -- ------------------------------------------------------------ processes
 
-local function random_tag() return random_hex(8) end
+local function random_tag() return random_hex(16) end
 
 -- A short helper command (mkdir, chmod, rm): its exit code and stderr.
 local function run_cmd(h, argv, what)

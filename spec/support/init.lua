@@ -124,7 +124,6 @@ end
 ---alive(pattern) -> whether a process matching pattern runs.
 function S.alive(pattern) return S.pgrep(pattern) > 0 end
 
----tag([prefix]) -> a name no other run uses: prefix and 16 hex digits.
 ---Under AddressSanitizer (the ASan build)? Its allocator keeps freed
 ---memory in quarantine, so a bound on RSS says nothing there.
 function S.sanitized()
@@ -134,6 +133,7 @@ function S.sanitized()
   return asan
 end
 
+---tag([prefix]) -> a name no other run uses: prefix and 8 hex digits.
 function S.tag(prefix) return (prefix or "sbxspec") .. proc.random_hex(8) end
 
 ---tmpdir(prefix) -> a new private directory under /tmp.

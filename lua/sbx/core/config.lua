@@ -263,6 +263,15 @@ function M.set_path(path) explicit = path; current = nil end
 
 ---A search path: the directories of $env (colon-separated), then the
 ---config's `key` list. With `lenient`, a broken config only drops its part.
+local function search_path(env, key, lenient)
+  local dirs = {}
+  for d in (os.getenv(env) or ""):gmatch("[^:]+") do dirs[#dirs + 1] = d end
+  local ok, cfg = true, nil
+  if lenient then ok, cfg = pcall(M.get) else cfg = M.get() end
+  for _, d in ipairs(ok and cfg[key] or {}) do dirs[#dirs + 1] = d end
+  return dirs
+end
+
 -- The last answer per (env, key, lenient), kept while $env and the config
 -- are the same: every request of a cloud provider looks its script up.
 local paths = {}
@@ -270,17 +279,8 @@ function M.search_path(env, key, lenient)
   local ev, slot = os.getenv(env), env .. "\0" .. key .. (lenient and "\0l" or "")
   local hit = paths[slot]
   if hit and hit.env == ev and hit.cfg == current and current then return hit.dirs end
-  local dirs = M.search_path_fresh(env, key, lenient)
+  local dirs = search_path(env, key, lenient)
   paths[slot] = { env = ev, cfg = current, dirs = dirs }
-  return dirs
-end
-
-function M.search_path_fresh(env, key, lenient)
-  local dirs = {}
-  for d in (os.getenv(env) or ""):gmatch("[^:]+") do dirs[#dirs + 1] = d end
-  local ok, cfg = true, nil
-  if lenient then ok, cfg = pcall(M.get) else cfg = M.get() end
-  for _, d in ipairs(ok and cfg[key] or {}) do dirs[#dirs + 1] = d end
   return dirs
 end
 

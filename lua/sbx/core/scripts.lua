@@ -29,7 +29,7 @@ function M.new(o)
                         compile = o.compile, max_source = o.max_source or M.MAX_SOURCE,
                         on_swap = o.on_swap or function() end, dirs_fn = o.dirs,
                         warn = o.warn or function(msg) io.stderr:write("sbxlua: ", msg, "\n") end,
-                        cache = {}, embedded = {}, versions = 0 }, Loader)
+                        cache = {}, versions = 0 }, Loader)
 end
 
 ---The directories searched, in order: $ENV, then the config's list (a
@@ -50,17 +50,11 @@ function Loader:resolve(name, dirs)
     return name
   end
   if not valid_name(name) then return nil, "bad " .. self.kind .. " name '" .. name .. "'" end
-  dirs = dirs or self:dirs()
-  for _, d in ipairs(dirs) do
+  for _, d in ipairs(dirs or self:dirs()) do
     local p = d .. "/" .. name .. ".lua"
     if script.stat(p) then return p end
   end
-  -- with no directory to search, the answer is the binary's: it never changes
-  if #dirs == 0 and self.embedded[name] then return self.embedded[name] end
-  if self.prefix and script.has_builtin(self.prefix .. name) then
-    if #dirs == 0 then self.embedded[name] = "builtin:" .. name end
-    return "builtin:" .. name
-  end
+  if self.prefix and script.has_builtin(self.prefix .. name) then return "builtin:" .. name end
   return nil, "unknown " .. self.kind .. " '" .. name .. "'"
 end
 

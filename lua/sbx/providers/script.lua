@@ -163,15 +163,15 @@ function M.environment(name)
   -- cloud provider reads them on every request).
   local config = require "sbx.core.config"
   local seen, mine, creds
-  env.config = function()
+  local function settings()
     local p = config.provider(name)
     if p ~= seen then seen, mine, creds = p, copy(p), nil end
-    return mine
+    return p
   end
+  env.config = function() settings() return mine end
   -- Only the variables its config names as credentials (type "env" keys).
   env.env = function(var)
-    local p = config.provider(name)
-    if p ~= seen then seen, mine, creds = p, copy(p), nil end
+    local p = settings()
     if not creds then
       creds = {}
       for _, v in pairs(require("sbx.providers").credentials(name, p)) do creds[v] = true end

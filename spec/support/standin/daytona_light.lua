@@ -266,12 +266,6 @@ function Box:execute_command(cmd, args, opts)
   return { exit_code = r.exit_code, timed_out = false, stdout = table.concat(out), stderr = table.concat(err) }
 end
 
-function Box:write_file(path, data)
-  path = norm(path)
-  if self.dirs[path] then error({ kind = "PathError", message = "is a directory: " .. path }, 0) end
-  L.Box.write_file(self, path, data)
-end
-
 function Box:upload_dir()
   error({ kind = "FeatureNotSupportedError", message = "a light sandbox restores no snapshot" }, 0)
 end

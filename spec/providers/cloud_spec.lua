@@ -162,4 +162,12 @@ describe("cloud.all", function()
     assert.equal("SandboxConnectionError", err and err.kind)
     assert.is_false(ran_on)
   end)
+
+  it("refuses what is not a function, naming its place, before running any", function()
+    local ran = false
+    local ok, err = pcall(cloud.all, function() ran = true end, "GET /x")
+    assert.is_false(ok)
+    assert.matches("cloud%.all: argument 2 is not a function", tostring(err))
+    assert.is_false(ran)
+  end)
 end)

@@ -218,6 +218,7 @@ end
 ---raised once all have ended; outside a task they run one after another.
 function M.all(...)
   local fns, n = { ... }, select("#", ...)
+  for i = 1, n do assert(type(fns[i]) == "function", "cloud.all: argument " .. i .. " is not a function") end
   local loop = require "sbx.loop"
   local out = {}
   if n < 2 or not loop.current() then

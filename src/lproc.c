@@ -393,7 +393,7 @@ static void job_done(sbx_spawn_job *j) {
 }
 
 static const char *spawn_what(lua_State *L, int stage, const char *cwd, const char *argv0) {
-  return stage == SBX_JOB_CGROUP_OPEN ? "cgroup" : stage == 1 ? lua_pushfstring(L, "cwd %s", cwd) : stage == 2 ? argv0
+  return stage == 1 ? lua_pushfstring(L, "cwd %s", cwd) : stage == 2 ? argv0
        : stage == 3 ? "setrlimit" : stage == 4 ? "fds" : stage == 5 ? "cgroup" : stage == 6 ? "setns" : "clone3";
 }
 
@@ -432,12 +432,8 @@ static int use_spawner(lua_State *L) {
 /* Hand the prepared spawn to a spawner thread, which takes the child's
 ** ends of the fds; 0, or -1 when no thread can take it (nothing moved). */
 static int spawn_offload(lua_State *L, proc *p, sbx_spawn_req *r, int fds[4][2]) {
-  sbx_spawn_job *j = sbx_job_new(r);
+  sbx_spawn_job *j = sbx_job_new(r);  /* r->cgroup_fd: p->cgroup's, which outlives the job */
   if (!j) return -1;
-  if (p->cgroup && !(j->open_cgroup = strdup(p->cgroup))) {
-    sbx_job_free(j);
-    return -1;
-  }
   int ends[] = {-1, fds[0][1], fds[1][1], fds[2][0]};
   for (int i = 0; i < 4; i++)
     if (ends[i] >= 0) j->close[j->nclose++] = ends[i];
@@ -495,7 +491,10 @@ static char **string_list(lua_State *L, int t, const char *field, int env) {
 }
 
 static int open_pipe(int fds[2], int nonblock_end) {
-  if (pipe2(fds, O_CLOEXEC) < 0) return -1;
+  /* out of fds: the ones kept with empty cgroups are ours to give back */
+  if (pipe2(fds, O_CLOEXEC) < 0 && (errno != EMFILE || sbx_cgroup_trim() == 0 ||
+                                    pipe2(fds, O_CLOEXEC) < 0))
+    return -1;
   fcntl(fds[nonblock_end], F_SETFL, O_NONBLOCK);
   return 0;
 }
@@ -696,11 +695,9 @@ static int proc_spawn(lua_State *L) {
   if (open_pipe(fds[0], 0) < 0 || open_pipe(fds[1], 0) < 0 ||
       ((in || keep) && open_pipe(fds[2], 1) < 0))
     return spawn_failed(L, p, fds, errno, "pipe");
-  /* the command's cgroup is opened where the spawn happens (a path walk
-  ** through cgroupfs: off the loop thread when a spawner takes it) */
+  /* the command's cgroup directory: kept open with the cgroup (proctree.c) */
   int offload = use_spawner(L), cgfd = -1;
-  if (p->cgroup && !offload &&
-      (cgfd = open(p->cgroup, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+  if (p->cgroup && (cgfd = sbx_cgroup_dirfd(p->cgroup)) < 0)
     return spawn_failed(L, p, fds, errno, p->cgroup);
 
   r.path = path;
@@ -711,7 +708,6 @@ static int proc_spawn(lua_State *L) {
   r.cgroup_fd = cgfd;
   if (data_pipes(xdata, xlen, nx, xfd) < 0) {
     e = errno;
-    if (cgfd >= 0) close(cgfd);
     return spawn_failed(L, p, fds, e, "fds");
   }
   r.fds = xfd;
@@ -723,7 +719,6 @@ static int proc_spawn(lua_State *L) {
       (what = "setns (open)", join_open(L, "setns", O_RDONLY, nns, nsfd) < 0)) {
     e = errno;
     if (what[0] == 's') for (int i = 0; i < njoin; i++) close(jfd[i]);
-    if (cgfd >= 0) close(cgfd);
     for (int i = 0; i < nx; i++) close(xfd[i]);
     return spawn_failed(L, p, fds, e, what);
   }
@@ -737,18 +732,9 @@ static int proc_spawn(lua_State *L) {
   p->start = sbx_now();
   int offloaded = offload && spawn_offload(L, p, &r, fds) == 0;
   pid_t pid = 0;
-  if (offload && !offloaded && p->cgroup &&
-      (r.cgroup_fd = cgfd = open(p->cgroup, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-    e = errno;
-    for (int i = 0; i < nx; i++) close(xfd[i]);
-    for (int i = 0; i < r.njoin; i++) close(jfd[i]);
-    for (int i = 0; i < r.nns; i++) close(nsfd[i]);
-    return spawn_failed(L, p, fds, e, p->cgroup);
-  }
   if (!offloaded) {
     pid = sbx_spawn(&r, &p->pidfd);
     e = errno;
-    if (cgfd >= 0) close(cgfd);
     for (int i = 0; i < nx; i++) close(xfd[i]);
     for (int i = 0; i < r.njoin; i++) close(jfd[i]);
     for (int i = 0; i < r.nns; i++) close(nsfd[i]);

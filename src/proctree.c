@@ -110,12 +110,13 @@ int sbx_cgroup_remove(const char *dir, int wait) {
 
 /* Empty command cgroups are reused: mkdir and rmdir of a cgroup take a
 ** global kernel lock and cost more than starting the command itself.
-** Each keeps its cgroup.events open (parked high, see sbx_fd_park): "is it
-** empty" is asked twice per command, and a pread costs a tenth of the
+** Each keeps its cgroup.events and its directory open (parked high, see
+** sbx_fd_park): "is it empty" is asked twice per command, every spawn into
+** it needs the directory, and a pread or a kept fd costs a tenth of the
 ** open's path walk through cgroupfs. The path handed out sits in the same
-** allocation, after the fd. */
+** allocation, after the fds. */
 #define CG_CACHE 64
-typedef struct cg { int events; char path[]; } cg;
+typedef struct cg { int events, dir; char path[]; } cg;
 static char *cg_cache[CG_CACHE];
 static int cg_ncache;
 
@@ -125,7 +126,7 @@ static char *cg_new(const char *path) {
   size_t n = strlen(path) + 1;
   cg *c = malloc(sizeof *c + n);
   if (!c) return NULL;
-  c->events = -1;
+  c->events = c->dir = -1;
   memcpy(c->path, path, n);
   return c->path;
 }
@@ -134,7 +135,25 @@ void sbx_cgroup_free(char *path) {
   if (!path) return;
   cg *c = cg_of(path);
   if (c->events >= 0) close(c->events);
+  if (c->dir >= 0) close(c->dir);
   free(c);
+}
+
+/* open(2), giving back the kept cgroups' fds once when we are out of fds */
+static int open_fd(const char *path, int flags) {
+  int fd = open(path, flags | O_CLOEXEC);
+  if (fd < 0 && errno == EMFILE && sbx_cgroup_trim() > 0) fd = open(path, flags | O_CLOEXEC);
+  return fd;
+}
+
+int sbx_cgroup_dirfd(char *path) {
+  cg *c = cg_of(path);
+  if (c->dir < 0) {
+    int fd = open_fd(path, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return -1;
+    c->dir = sbx_fd_park(fd);
+  }
+  return c->dir;
 }
 
 /* 0 empty, 1 populated, -1 gone or unreadable (removed: ENODEV). */
@@ -145,13 +164,23 @@ static int populated(char *path) {
     char file[MAXPATH];
     if (snprintf(file, sizeof file, "%s/cgroup.events", path) >= (int)sizeof file)
       return -1;
-    if ((c->events = open(file, O_RDONLY | O_CLOEXEC)) < 0) return -1;
+    if ((c->events = open_fd(file, O_RDONLY)) < 0) return -1;
     c->events = sbx_fd_park(c->events);
   }
   ssize_t n = pread(c->events, buf, sizeof buf - 1, 0);
   if (n <= 0) return -1;
   buf[n] = '\0';
   return strstr(buf, "populated 0") ? 0 : 1;
+}
+
+int sbx_cgroup_trim(void) {
+  int n = cg_ncache;
+  while (cg_ncache > 0) {
+    char *c = cg_cache[--cg_ncache];
+    rmdir(c);                      /* empty when it was kept */
+    sbx_cgroup_free(c);
+  }
+  return n;
 }
 
 /* Kept groups at or below dir, which is being removed: dropped (a

@@ -20,6 +20,12 @@ int sbx_cgroup_take(const char *parent, char **out);
 /* A command's cgroup is done with (path is consumed): kept for reuse when
 ** empty, left alone when a daemon the command started still lives in it. */
 void sbx_cgroup_give(char *path);
+/* The directory of a cgroup sbx_cgroup_take returned, as an fd for
+** CLONE_INTO_CGROUP: opened on first use and kept with the path (closed by
+** sbx_cgroup_give or sbx_cgroup_free, not by the caller); -1 and errno. */
+int sbx_cgroup_dirfd(char *path);
+/* Out of fds: remove the kept empty cgroups, closing their fds; how many. */
+int sbx_cgroup_trim(void);
 /* Free a path sbx_cgroup_take returned without giving it back (the
 ** cgroup itself is left as it is). */
 void sbx_cgroup_free(char *path);

@@ -246,12 +246,14 @@ static pid_t spawn_forked(sbx_spawn_req *r, struct clone_args *ca, int *pidfd, i
 static int refused(int err) { return err == ENOSYS || err == EPERM; }
 
 #ifdef SBX_CLONE_TRAMPOLINE
-/* 1 + the highest fd the child needs, at least 3 (its stdio). */
+/* 1 + the highest fd the child needs, at least 3 (its stdio). The cgroup's
+** fd only where the child joins it itself (legacy clone): clone3 reads it
+** from our table, and a kept one sits high (sbx_cgroup_dirfd). */
 static int fds_needed(const sbx_spawn_req *r) {
   int k = 2;
   const int *lists[] = {r->fds, r->join_fds, r->ns_fds};
   const int counts[] = {r->nfds, r->njoin, r->nns};
-  int one[] = {r->in, r->out, r->err, r->cgroup_fd};
+  int one[] = {r->in, r->out, r->err, r->legacy ? r->cgroup_fd : -1};
   for (size_t i = 0; i < sizeof one / sizeof *one; i++)
     if (one[i] > k) k = one[i];
   for (int l = 0; l < 3; l++)
@@ -310,6 +312,7 @@ again:;
   pid = (pid_t)sbx_clone_raw(SYS_clone3, (long)&va, (long)sizeof va, 0, child, r);
   if (pid < 0 && refused(-pid)) {
     r->legacy = 1;                 /* the child joins its cgroup itself */
+    r->keep_below = share_files ? fds_needed(r) : 0;
     pid = (pid_t)sbx_clone_raw(SYS_clone, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD |
                                (r->keep_below ? CLONE_FILES : 0),
                                (long)(stack + sizeof stack), (long)pidfd, child, r);

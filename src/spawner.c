@@ -115,7 +115,6 @@ void sbx_job_free(sbx_spawn_job *j) {
   if (!j) return;
   free(j->strings);
   sbx_cgroup_free(j->cgroup);
-  free(j->open_cgroup);
   free(j);
 }
 
@@ -133,16 +132,8 @@ static void *spawner_main(void *arg) {
     pool_jobs++;
     pthread_mutex_unlock(&pool_mu);
 
-    if (j->open_cgroup &&
-        (j->r.cgroup_fd = open(j->open_cgroup, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-      j->pid = -1;
-      j->err = errno;
-      j->r.stage = SBX_JOB_CGROUP_OPEN;
-    } else {
-      j->pid = sbx_spawn(&j->r, &j->pidfd);
-      j->err = j->pid < 0 ? errno : 0;
-      if (j->open_cgroup) close(j->r.cgroup_fd);
-    }
+    j->pid = sbx_spawn(&j->r, &j->pidfd);
+    j->err = j->pid < 0 ? errno : 0;
     for (int i = 0; i < j->nclose; i++) close(j->close[i]);
     j->nclose = 0;
 

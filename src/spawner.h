@@ -13,7 +13,6 @@
 #include "lua.h"
 #include "spawn.h"
 
-#define SBX_JOB_CGROUP_OPEN 100     /* beyond spawn.h's child stages */
 #define SBX_JOB_MAXCLOSE (4 + 2 * SBX_SPAWN_MAXFDS + 4)
 
 typedef struct sbx_spawn_job sbx_spawn_job;
@@ -27,10 +26,9 @@ struct sbx_spawn_job {
   ** results, or (owner gone: NULL) the child is killed and reaped. */
   void (*done)(sbx_spawn_job *j);
   void *owner;
-  char *cgroup;                    /* an abandoned job's command cgroup */
-  /* A cgroup directory the spawner opens for r.cgroup_fd (and closes);
-  ** when it cannot, the job fails with r.stage = SBX_JOB_CGROUP_OPEN. */
-  char *open_cgroup;
+  /* An abandoned job's command cgroup; r.cgroup_fd is its directory's fd
+  ** (sbx_cgroup_dirfd), kept by the owner's cgroup until the job is done. */
+  char *cgroup;
   sbx_spawn_job *next;
   struct sbx_spawnq *q;
   int fdv[SBX_SPAWN_MAXFDS], joinv[4], nsv[4];

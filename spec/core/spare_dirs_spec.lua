@@ -82,10 +82,11 @@ describe("spare local sandbox directories", function()
       for i = 1, 300 do t[i] = sbx.sandbox("local") end
       io.write(#require("sbx.fs").list_host(require("sbx.state.owner").state_dir() .. "/local/.spare"))
       for i = 1, 300 do t[i]:destroy() end
-    ]] }, { env = { S.PATH, "SBX_STATE_DIR=" .. owner.state_dir() }, timeout = 120 })
+    ]] }, { env = { S.PATH, "SBX_STATE_DIR=" .. owner.state_dir(), "SBX_LOCAL_SPARES=256" }, timeout = 120 })
     assert.equal(0, r.exit_code, r.stderr)
     assert.equal("0", r.stdout)
-    -- it kept 256 of its 300 when it closed them; this process's list is stale
+    -- it kept 256 (its SBX_LOCAL_SPARES) of its 300 when it closed them;
+    -- this process's list is stale
     assert.equal(256, spares())
     local c <close> = sbx.sandbox("local")
     assert.equal("ok\n", c:execute_command("echo", { "ok" }).stdout)

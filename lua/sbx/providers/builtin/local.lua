@@ -43,8 +43,10 @@ local function sandboxes_dir(session) return owner.state_dir() .. "/local/" .. s
 -- sandbox's name. On ext4 a mkdir and an rmdir cost more than the rest of
 -- a create and a destroy (fs.spare_dir says why). `names` is this
 -- process's view; another process may take one first (take_dir fails, the
--- next is tried), so the bound is approximate.
-local SPARES = 256
+-- next is tried), so the bound is approximate. 1024: a job of 1,000
+-- sandboxes at once finds its directories there on its next run (each spare
+-- is an empty directory: an inode and a block).
+local SPARES = math.tointeger(tonumber(os.getenv("SBX_LOCAL_SPARES") or "")) or 1024
 local spares = { dir = nil, names = {} }
 
 local function spare_list()

@@ -224,6 +224,11 @@ void sbx_cgroup_give(char *path) {
   if (!path) return;
   int state = populated(path);
   if (state == 0 && cg_ncache < CG_CACHE) {
+    cg *c = cg_of(path);
+    if (c->dir >= 0 && sbx_fds_scarce()) {   /* under a low fd limit a kept */
+      close(c->dir);                          /* cgroup holds one fd, not two */
+      c->dir = -1;
+    }
     cg_cache[cg_ncache++] = path;
     return;
   }

@@ -274,12 +274,21 @@ static volatile int share_files = 1;
 #define PARK_LOW 64
 static int park_base;
 
-int sbx_fd_park(int fd) {
-  if (fd < PARK_LOW) return fd;
+static void park_init(void) {
   if (park_base == 0) {
     struct rlimit rl;
     park_base = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur >= 1024 ? 256 : -1;
   }
+}
+
+int sbx_fds_scarce(void) {
+  park_init();
+  return park_base < 0;
+}
+
+int sbx_fd_park(int fd) {
+  if (fd < PARK_LOW) return fd;
+  park_init();
   if (park_base < 0 || fd >= park_base) return fd;
   int moved = fcntl(fd, F_DUPFD_CLOEXEC, park_base);
   if (moved < 0) return fd;        /* EMFILE: it works where it is */

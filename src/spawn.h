@@ -64,6 +64,8 @@ pid_t sbx_spawn(sbx_spawn_req *r, int *pidfd);
 ** enough already or cannot move (fd limit), else the moved copy (fd is
 ** closed). See spawn.c. */
 int sbx_fd_park(int fd);
+/* Whether the fd limit is under 1024 (no parking then): keep fewer fds. */
+int sbx_fds_scarce(void);
 
 /* The nice value children start with, when the thread that spawns them
 ** runs at another one (INT_MIN, the default: theirs is inherited). The

@@ -432,20 +432,22 @@ static int use_spawner(lua_State *L) {
 /* Hand the prepared spawn to a spawner thread, which takes the child's
 ** ends of the fds; 0, or -1 when no thread can take it (nothing moved). */
 static int spawn_offload(lua_State *L, proc *p, sbx_spawn_req *r, int fds[4][2]) {
+  if (sbx_spawner_start(L) < 0) return -1;   /* then the submit cannot fail */
   sbx_spawn_job *j = sbx_job_new(r);  /* r->cgroup_fd: p->cgroup's, which outlives the job */
   if (!j) return -1;
-  int ends[] = {-1, fds[0][1], fds[1][1], fds[2][0]};
-  for (int i = 0; i < 4; i++)
-    if (ends[i] >= 0) j->close[j->nclose++] = ends[i];
-  for (int i = 0; i < r->nfds; i++) j->close[j->nclose++] = r->fds[i];
-  for (int i = 0; i < r->njoin; i++) j->close[j->nclose++] = r->join_fds[i];
-  for (int i = 0; i < r->nns; i++) j->close[j->nclose++] = r->ns_fds[i];
+  /* While it waits, the child's ends stay out of the low numbers that
+  ** other children copy (see spawn.c's top); the spawner lowers them. */
+  int *ends[] = {&j->r.out, &j->r.err, &j->r.in};
+  for (int i = 0; i < 3; i++)
+    if (*ends[i] >= 0) j->close[j->nclose++] = *ends[i] = sbx_fd_park(*ends[i]);
+  int *lists[] = {j->fdv, j->joinv, j->nsv};
+  const int counts[] = {r->nfds, r->njoin, r->nns};
+  for (int l = 0; l < 3; l++)
+    for (int i = 0; i < counts[l]; i++)
+      j->close[j->nclose++] = lists[l][i] = sbx_fd_park(lists[l][i]);
   j->owner = p;
   j->done = job_done;
-  if (sbx_spawner_submit(L, j) < 0) {
-    sbx_job_free(j);
-    return -1;
-  }
+  sbx_spawner_submit(L, j);
   p->job = j;
   fds[0][1] = fds[1][1] = fds[2][0] = -1;
   return 0;
@@ -1014,16 +1016,19 @@ static int proc_random_hex(lua_State *L) {
   return 1;
 }
 
-/* proc.spawner([mode]) -> {mode=, threads=, jobs=, inflight=}: where this
-** loop spawns ("auto", "inline", "thread"; see spawner.h) and the pool's
-** threads and the jobs they have taken so far. */
+/* proc.spawner([mode]) -> {mode=, threads=, jobs=, inflight=,
+** fds_copied_max=, whole_table=}: where this loop spawns ("auto",
+** "inline", "thread"; see spawner.h), the pool's threads and the jobs they
+** have taken so far, and what children's fd tables cost (spawn.c): the
+** most fd slots one child has copied, and whether children copy the whole
+** table instead. */
 static int proc_spawner(lua_State *L) {
   static const char *const modes[] = {"auto", "inline", "thread", NULL};
   int set = lua_isnoneornil(L, 1) ? -1 : luaL_checkoption(L, 1, NULL, modes);
   int mode = sbx_spawner_mode(L, set), threads;
   long jobs;
   sbx_spawner_stats(&threads, &jobs);
-  lua_createtable(L, 0, 4);
+  lua_createtable(L, 0, 6);
   lua_pushstring(L, modes[mode]);
   lua_setfield(L, -2, "mode");
   lua_pushinteger(L, threads);
@@ -1032,6 +1037,12 @@ static int proc_spawner(lua_State *L) {
   lua_setfield(L, -2, "jobs");
   lua_pushinteger(L, sbx_spawner_inflight(L));
   lua_setfield(L, -2, "inflight");
+  int copied, whole;
+  sbx_spawn_copy_stats(&copied, &whole);
+  lua_pushinteger(L, copied);
+  lua_setfield(L, -2, "fds_copied_max");
+  lua_pushboolean(L, whole);
+  lua_setfield(L, -2, "whole_table");
   return 1;
 }
 

@@ -16,7 +16,11 @@
 ** child shares our table (CLONE_FILES) and, as its first act, takes a copy
 ** of only the fds below the highest one it needs (close_range with
 ** CLOSE_RANGE_UNSHARE). sbx_fd_park keeps the many long-lived fds above
-** that low range, so the copy stays a few dozen fds whatever runs.
+** that low range, so the copy stays a few dozen fds whatever runs. A
+** command waiting for a spawner thread parks its child's ends too: two
+** hundred queued commands held six hundred low fds, so the commands
+** spawned meanwhile copied (and execve closed) over a thousand each. The
+** spawner thread gives them low numbers again just before the clone.
 */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +31,7 @@
 #include <sys/ioctl.h>
 #include <linux/sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -271,7 +276,7 @@ static volatile int share_files = 1;
 
 /* Above this the parked fds go; the low numbers below stay for what a
 ** child needs. 0: not yet computed, -1: parking is off (fd limit too low). */
-#define PARK_LOW 64
+#define PARK_LOW 16
 static int park_base;
 
 static void park_init(void) {
@@ -296,6 +301,34 @@ int sbx_fd_park(int fd) {
   return moved;
 }
 
+/* The most fd slots one child has copied (its close_range's K): what
+** parking is for, reported by proc.spawner(). */
+static atomic_int copied_max;
+
+static void note_copied(int k) {
+  int seen = atomic_load(&copied_max);
+  while (k > seen && !atomic_compare_exchange_weak(&copied_max, &seen, k)) {}
+}
+
+void sbx_spawn_copy_stats(int *max, int *whole) {
+  *max = atomic_load(&copied_max);
+#ifdef SBX_CLONE_TRAMPOLINE
+  *whole = !share_files;
+#else
+  *whole = 1;                      /* fork-style: a copy of everything */
+#endif
+}
+
+int sbx_fd_lowered(int fd) {
+  if (fd < PARK_LOW) return -1;
+  int low = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  if (low >= 0 && low > fd) {
+    close(low);
+    low = -1;
+  }
+  return low;
+}
+
 pid_t sbx_spawn(sbx_spawn_req *r, int *pidfd) {
   struct clone_args ca;
   memset(&ca, 0, sizeof ca);
@@ -315,6 +348,7 @@ pid_t sbx_spawn(sbx_spawn_req *r, int *pidfd) {
 again:;
   struct clone_args va = ca;
   r->keep_below = share_files ? fds_needed(r) : 0;
+  note_copied(r->keep_below);
   va.flags |= CLONE_VM | CLONE_VFORK | (r->keep_below ? CLONE_FILES : 0);
   va.stack = (uint64_t)(uintptr_t)stack;
   va.stack_size = sizeof stack;

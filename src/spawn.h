@@ -64,6 +64,13 @@ pid_t sbx_spawn(sbx_spawn_req *r, int *pidfd);
 ** enough already or cannot move (fd limit), else the moved copy (fd is
 ** closed). See spawn.c. */
 int sbx_fd_park(int fd);
+/* The most fd slots a child's copy of our table has held so far, and
+** whether clones copy the whole table instead (close_range refused). */
+void sbx_spawn_copy_stats(int *max, int *whole);
+/* A copy of a parked fd at the lowest free number, or -1 when fd is low
+** already or nothing lower is free: a spawner thread gives a queued
+** command's child ends low numbers again just before its clone. */
+int sbx_fd_lowered(int fd);
 /* Whether the fd limit is under 1024 (no parking then): keep fewer fds. */
 int sbx_fds_scarce(void);
 

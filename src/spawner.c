@@ -121,6 +121,23 @@ void sbx_job_free(sbx_spawn_job *j) {
 
 /* --------------------------------------------------------------- threads */
 
+/* The child's ends come parked (spawn_offload): low copies for the clone,
+** closed with the rest after it (see spawn.c's top). */
+static void lower_fds(sbx_spawn_job *j) {
+  int *one[] = {&j->r.in, &j->r.out, &j->r.err};
+  int *lists[] = {j->fdv, j->joinv, j->nsv};
+  const int counts[] = {j->r.nfds, j->r.njoin, j->r.nns};
+  for (size_t i = 0; i < sizeof one / sizeof *one; i++) {
+    int low = *one[i] >= 0 ? sbx_fd_lowered(*one[i]) : -1;
+    if (low >= 0) *one[i] = j->close[j->nclose++] = low;
+  }
+  for (int l = 0; l < 3; l++)
+    for (int i = 0; i < counts[l]; i++) {
+      int low = sbx_fd_lowered(lists[l][i]);
+      if (low >= 0) lists[l][i] = j->close[j->nclose++] = low;
+    }
+}
+
 static void *spawner_main(void *arg) {
   (void)arg;
   for (;;) {
@@ -132,8 +149,11 @@ static void *spawner_main(void *arg) {
     pool_jobs++;
     pthread_mutex_unlock(&pool_mu);
 
+    lower_fds(j);
     j->pid = sbx_spawn(&j->r, &j->pidfd);
     j->err = j->pid < 0 ? errno : 0;
+    /* finished jobs can wait a while for a busy loop: their pidfds too */
+    if (j->pid > 0) j->pidfd = sbx_fd_park(j->pidfd);
     for (int i = 0; i < j->nclose; i++) close(j->close[i]);
     j->nclose = 0;
 
@@ -265,10 +285,15 @@ static sbx_spawnq *spawnq_get(lua_State *L) {
   return q;
 }
 
-int sbx_spawner_submit(lua_State *L, sbx_spawn_job *j) {
+int sbx_spawner_start(lua_State *L) {
   sbx_spawnq *q = spawnq_get(L);
   if (q->efd < 0 && (q->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) return -1;
-  if (pool_start() < 0) return -1;
+  return pool_start();
+}
+
+int sbx_spawner_submit(lua_State *L, sbx_spawn_job *j) {
+  sbx_spawnq *q = spawnq_get(L);
+  if (sbx_spawner_start(L) < 0) return -1;
   j->q = q;
   j->next = NULL;
   if (q->inflight++ == 0) sbx_watch_set(q->lp, &q->w, q->efd, EPOLLIN);

@@ -13,7 +13,9 @@
 #include "lua.h"
 #include "spawn.h"
 
-#define SBX_JOB_MAXCLOSE (4 + 2 * SBX_SPAWN_MAXFDS + 4)
+/* the child's ends (3), extra fds, join and setns fds: each, and a low copy
+** of each (spawner.c's lower_fds) */
+#define SBX_JOB_MAXCLOSE (2 * (3 + SBX_SPAWN_MAXFDS + 4 + 4))
 
 typedef struct sbx_spawn_job sbx_spawn_job;
 struct sbx_spawn_job {
@@ -42,6 +44,9 @@ struct sbx_spawn_job {
 sbx_spawn_job *sbx_job_new(const sbx_spawn_req *r);
 void sbx_job_free(sbx_spawn_job *j);
 
+/* Start the spawner threads (and this loop's queue) if they do not run
+** yet: 0, or -1 with errno. Once it succeeds, a submit cannot fail. */
+int sbx_spawner_start(lua_State *L);
 /* Hand j to a spawner thread; 0, or -1 with errno (no thread could be
 ** started: spawn on the calling thread instead). */
 int sbx_spawner_submit(lua_State *L, sbx_spawn_job *j);

@@ -72,6 +72,9 @@ return {
   -- every cloud sandbox a bwrap sandbox behind it
   daytona = { backend = "daytona", gate = "bwrap", title = "daytona (stand-in)", setup = function(traits)
     local s = require("spec.support.standin.daytona_proc").start()
+    -- stopped (SIGTERM: it destroys its sandboxes and its session's cgroup),
+    -- not left to be killed with this process's proc objects at exit
+    require "busted".teardown(function() s:stop() end)
     s:use()
     traits.host_env, traits.own_root = s.host_env, true
     return traits

@@ -135,6 +135,29 @@ static int join_cgroup(int cgroup_fd) {
 
 int sbx_child_nice = INT_MIN;
 
+/* Every fd from `lowest` up close-on-exec. Where close_range cannot
+** (before Linux 5.11, or a seccomp filter) the fds /proc lists are marked
+** one by one: a Lua io.open's fd is not close-on-exec, and must not reach
+** the command either. getdents64 into a buffer on this stack: no malloc. */
+static void cloexec_from(int lowest) {
+  if (syscall(SYS_close_range, (unsigned)lowest, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return;
+  int d = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (d < 0) return;
+  char buf[2048];
+  long n;
+  while ((n = syscall(SYS_getdents64, d, buf, sizeof buf)) > 0)
+    for (long off = 0; off < n;) {
+      struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type; char name[]; } *e =
+        (void *)(buf + off);
+      int fd = 0, digits = 0;
+      for (const char *c = e->name; *c >= '0' && *c <= '9' && fd < (1 << 24); c++, digits++)
+        fd = fd * 10 + (*c - '0');
+      if (digits && e->name[digits] == '\0' && fd >= lowest && fd != d) fcntl(fd, F_SETFD, FD_CLOEXEC);
+      off += e->reclen;
+    }
+  close(d);
+}
+
 /* In the child: system calls only, until execve. */
 static int child(void *arg) {
   sbx_spawn_req *r = arg;
@@ -147,6 +170,9 @@ static int child(void *arg) {
     r->stage = 7;
     goto fail;
   }
+  /* (here, before a setns may take /proc away; every fd the child makes
+  ** from now on is O_CLOEXEC, and dup2 clears it on 0-2 and 3, 4, ...) */
+  cloexec_from(3 + r->nfds);
   for (size_t i = 0; i < sizeof reset_signals / sizeof *reset_signals; i++)
     if (!r->ignored || sigismember(r->ignored, reset_signals[i]) == 1)
       signal(reset_signals[i], SIG_DFL);
@@ -211,7 +237,6 @@ static int child(void *arg) {
       goto fail;
     }
   }
-  syscall(SYS_close_range, 3 + r->nfds, ~0U, CLOSE_RANGE_CLOEXEC);
   execve(r->path, r->argv, r->envp);
   r->stage = 2;
 fail:

@@ -133,8 +133,9 @@ describe("a child's fds", function()
               .. string.pack("<I2BBI4", 0x06, 0, 0, 0x7fff0000)
     local script = [[
       local proc = require "sbx.proc"
-      local keep = {}     -- sbxlua's own fds are close-on-exec (Lua's io.open's are not)
+      local keep = {}     -- sbxlua's own fds are close-on-exec; Lua's io.open's are not:
       for i = 1, 200 do keep[i] = assert(require("sbx.fs").open_root("/")) end
+      for i = 201, 210 do keep[i] = assert(io.open("/dev/null")) end   -- marked one by one
       for _, m in ipairs{ "inline", "thread", "inline" } do
         proc.spawner(m)
         local t = require("sbx.loop").spawn(function()
@@ -151,7 +152,7 @@ describe("a child's fds", function()
     local r = p:wait()
     p:close()
     assert.equal(0, r.exit_code, r.stderr)
-    -- ls's 0-2 and its own listing: 4 (the 200 were not inherited)
+    -- ls's 0-2 and its own listing: 4 (neither the 200 nor the 10 were inherited)
     assert.equal("inline 0 4 Seccomp: 2 \nthread 0 4 Seccomp: 2 \ninline 0 4 Seccomp: 2 \n", r.stdout)
   end)
 

@@ -25,7 +25,7 @@ local agent_hash = agentlink.hash
 -- restarted) can never leave a partial agent under the name the containers
 -- run, even while another process fills the same volume.
 
-local b64decode = require("sbx.providers.script").base64.decode
+local b64decode = require("sbx.core.base64").decode
 
 -- A path's stat as HEAD answers it (X-Docker-Container-Path-Stat: base64
 -- JSON, a symlink not followed) without the engine packing a tar of it:

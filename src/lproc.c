@@ -437,14 +437,9 @@ static int spawn_offload(lua_State *L, proc *p, sbx_spawn_req *r, int fds[4][2])
   if (!j) return -1;
   /* While it waits, the child's ends stay out of the low numbers that
   ** other children copy (see spawn.c's top); the spawner lowers them. */
-  int *ends[] = {&j->r.out, &j->r.err, &j->r.in};
-  for (int i = 0; i < 3; i++)
-    if (*ends[i] >= 0) j->close[j->nclose++] = *ends[i] = sbx_fd_park(*ends[i]);
-  int *lists[] = {j->fdv, j->joinv, j->nsv};
-  const int counts[] = {r->nfds, r->njoin, r->nns};
-  for (int l = 0; l < 3; l++)
-    for (int i = 0; i < counts[l]; i++)
-      j->close[j->nclose++] = lists[l][i] = sbx_fd_park(lists[l][i]);
+  int *slots[SBX_JOB_MAXFDS];
+  for (int i = 0, n = sbx_job_fds(j, slots); i < n; i++)
+    j->close[j->nclose++] = *slots[i] = sbx_fd_park(*slots[i]);
   j->owner = p;
   j->done = job_done;
   sbx_spawner_submit(L, j);

@@ -121,21 +121,26 @@ void sbx_job_free(sbx_spawn_job *j) {
 
 /* --------------------------------------------------------------- threads */
 
+int sbx_job_fds(sbx_spawn_job *j, int *slots[SBX_JOB_MAXFDS]) {
+  int n = 0;
+  int *ends[] = {&j->r.in, &j->r.out, &j->r.err};
+  for (int i = 0; i < 3; i++)
+    if (*ends[i] >= 0) slots[n++] = ends[i];
+  int *lists[] = {j->fdv, j->joinv, j->nsv};
+  const int counts[] = {j->r.nfds, j->r.njoin, j->r.nns};
+  for (int l = 0; l < 3; l++)
+    for (int i = 0; i < counts[l]; i++) slots[n++] = &lists[l][i];
+  return n;
+}
+
 /* The child's ends come parked (spawn_offload): low copies for the clone,
 ** closed with the rest after it (see spawn.c's top). */
 static void lower_fds(sbx_spawn_job *j) {
-  int *one[] = {&j->r.in, &j->r.out, &j->r.err};
-  int *lists[] = {j->fdv, j->joinv, j->nsv};
-  const int counts[] = {j->r.nfds, j->r.njoin, j->r.nns};
-  for (size_t i = 0; i < sizeof one / sizeof *one; i++) {
-    int low = *one[i] >= 0 ? sbx_fd_lowered(*one[i]) : -1;
-    if (low >= 0) *one[i] = j->close[j->nclose++] = low;
+  int *slots[SBX_JOB_MAXFDS];
+  for (int i = 0, n = sbx_job_fds(j, slots); i < n; i++) {
+    int low = sbx_fd_lowered(*slots[i]);
+    if (low >= 0) *slots[i] = j->close[j->nclose++] = low;
   }
-  for (int l = 0; l < 3; l++)
-    for (int i = 0; i < counts[l]; i++) {
-      int low = sbx_fd_lowered(lists[l][i]);
-      if (low >= 0) lists[l][i] = j->close[j->nclose++] = low;
-    }
 }
 
 static void *spawner_main(void *arg) {

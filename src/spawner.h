@@ -13,9 +13,10 @@
 #include "lua.h"
 #include "spawn.h"
 
-/* the child's ends (3), extra fds, join and setns fds: each, and a low copy
-** of each (spawner.c's lower_fds) */
-#define SBX_JOB_MAXCLOSE (2 * (3 + SBX_SPAWN_MAXFDS + 4 + 4))
+/* the fds a job hands its child: its ends (3), extra, join and setns fds */
+#define SBX_JOB_MAXFDS (3 + SBX_SPAWN_MAXFDS + 4 + 4)
+/* each of them, and a low copy of each (spawner.c's lower_fds) */
+#define SBX_JOB_MAXCLOSE (2 * SBX_JOB_MAXFDS)
 
 typedef struct sbx_spawn_job sbx_spawn_job;
 struct sbx_spawn_job {
@@ -43,6 +44,9 @@ struct sbx_spawn_job {
 ** when out of memory. */
 sbx_spawn_job *sbx_job_new(const sbx_spawn_req *r);
 void sbx_job_free(sbx_spawn_job *j);
+/* Where j keeps each fd it hands its child (none for a missing stdin):
+** how many, in slots. */
+int sbx_job_fds(sbx_spawn_job *j, int *slots[SBX_JOB_MAXFDS]);
 
 /* Start the spawner threads (and this loop's queue) if they do not run
 ** yet: 0, or -1 with errno. Once it succeeds, a submit cannot fail. */

@@ -17,8 +17,11 @@
 #   QUICK=1          one round, small rows (a smoke test of the script)
 #
 # The floors: local rows, floor_parallel.c: min(N, cores) processes spawning
-# the row's commands between them with posix_spawn (the N-core spawn floor;
-# at sbxlua's loop priority, its children at the original one: FLOOR_BOOST);
+# the row's commands between them with posix_spawn, keeping as many alive
+# at once as the row's N sandboxes do (FLOOR_DEPTH = N / workers: where a
+# process's start and exit wait on wake-ups, as in a VM whose idle vCPU
+# halts, one at a time per worker leaves the cores idle and is no floor);
+# at sbxlua's loop priority, its children at the original one: FLOOR_BOOST;
 # docker rows, engine_floor par: N workers with a connection each doing
 # create+start at once, then DELETE at once, over the raw Engine API (the
 # part of a job's lifecycle no client avoids; sbxlua's commands go over its
@@ -120,7 +123,8 @@ for r in $(seq 1 "$ROUNDS"); do
     k=$((TOTAL / n)); [ "$k" -ge 1 ] || k=1
     [ "$n" = 200 ] && k=10
     run "local.$n.sbx" wall_ms sbx "$BENCH/concurrent.lua" "$n" "$k"
-    run "local.$n.floor" wall_ms env FLOOR_BOOST="$BOOST" "$TMP/floor_parallel" "$(min "$n" "$CORES")" $((n * k)) "$TRUE"
+    w=$(min "$n" "$CORES")
+    run "local.$n.floor" wall_ms env FLOOR_BOOST="$BOOST" FLOOR_DEPTH=$(((n + w - 1) / w)) "$TMP/floor_parallel" "$w" $((n * k)) "$TRUE"
     [ $PEER_OK = 1 ] && run "local.$n.peer" wall_ms env PYTHONPATH="$PEER_DIR/src" "$PY" "$BENCH/peer_bench.py" concurrent "$n" "$k"
   done
   run local.200.inline wall_ms env SBX_SPAWNER=inline "$SBXLUA" "$BENCH/concurrent.lua" 200 10

@@ -747,7 +747,7 @@ static int fs_open_root(lua_State *L) {
   lua_setiuservalue(L, -2, 1);
   r->fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (r->fd < 0) return fs_fail(L, "open_root", dir, errno);
-  r->fd = sbx_fd_park(r->fd);      /* one per sandbox: see spawn.c */
+  r->fd = sbx_fd_keep(r->fd);      /* one per sandbox: see spawn.c */
   return 1;
 }
 
@@ -797,7 +797,7 @@ static int fs_lock(lua_State *L) {
   int *fd = fdobj_new(L, "sbx.Lock");
   int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
   if (f < 0) return fs_fail(L, "lock", path, errno);
-  *fd = f;
+  *fd = f = sbx_fd_keep(f);        /* the session's: out of the children's copies */
   while (flock(f, LOCK_EX | LOCK_NB) < 0) {
     int err = errno == EWOULDBLOCK ? E_LOCKED : errno;
     if (errno == EINTR) continue;
@@ -891,6 +891,7 @@ static int fs_journal(lua_State *L) {
   int *fd = fdobj_new(L, "sbx.Journal");
   *fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
   if (*fd < 0) return fs_fail(L, "journal", path, errno);
+  *fd = sbx_fd_keep(*fd);
   return 1;
 }
 

@@ -20,6 +20,7 @@
 
 #include "lauxlib.h"
 #include "loop.h"
+#include "spawn.h"
 
 enum { T_READY, T_RUNNING, T_WAITING, T_DONE };
 enum { C_NONE, C_REQUESTED, C_DELIVERED };
@@ -688,8 +689,8 @@ static int loop_on_signal(lua_State *L) {
     int fds[2];
     if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) < 0)
       return sbx_fail_errno(L, "on_signal", NULL, errno);
-    lp->sigfd = fds[0];
-    sig_pipe = fds[1];
+    lp->sigfd = sbx_fd_keep(fds[0]);
+    sig_pipe = sbx_fd_keep(fds[1]);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = sig_handler;
@@ -777,6 +778,7 @@ sbx_loop *sbx_loop_get(lua_State *L) {
   lua_setmetatable(L, -2);
   lp->epfd = epoll_create1(EPOLL_CLOEXEC);
   if (lp->epfd < 0) luaL_error(L, "epoll_create1: %s", strerror(errno));
+  lp->epfd = sbx_fd_keep(lp->epfd);
   lp->closed = 0;
   lua_rawsetp(L, LUA_REGISTRYINDEX, &LOOP_KEY);
   lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);

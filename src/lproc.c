@@ -439,7 +439,7 @@ static int spawn_offload(lua_State *L, proc *p, sbx_spawn_req *r, int fds[4][2])
   ** other children copy (see spawn.c's top); the spawner lowers them. */
   int *slots[SBX_JOB_MAXFDS];
   for (int i = 0, n = sbx_job_fds(j, slots); i < n; i++)
-    j->close[j->nclose++] = *slots[i] = sbx_fd_park(*slots[i]);
+    j->close[j->nclose++] = *slots[i] = sbx_fd_keep(*slots[i]);
   j->owner = p;
   j->done = job_done;
   sbx_spawner_submit(L, j);
@@ -742,9 +742,10 @@ static int proc_spawn(lua_State *L) {
     if (fds[2][0] >= 0) { close(fds[2][0]); fds[2][0] = -1; }
   }
 
-  p->out.fd = sbx_fd_park(fds[0][0]);
-  p->err.fd = sbx_fd_park(fds[1][0]);
-  p->infd = sbx_fd_park(fds[2][1]);  /* (-1, no stdin pipe, stays -1) */
+  int (*park)(int) = offloaded ? sbx_fd_keep : sbx_fd_park;
+  p->out.fd = park(fds[0][0]);
+  p->err.fd = park(fds[1][0]);
+  p->infd = park(fds[2][1]);  /* (-1, no stdin pipe, stays -1) */
   fds[0][0] = fds[1][0] = fds[2][1] = -1;
   lua_pushvalue(L, 6);
   p->selfref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -1012,18 +1013,18 @@ static int proc_random_hex(lua_State *L) {
 }
 
 /* proc.spawner([mode]) -> {mode=, threads=, jobs=, inflight=,
-** fds_copied_max=, whole_table=}: where this loop spawns ("auto",
-** "inline", "thread"; see spawner.h), the pool's threads and the jobs they
-** have taken so far, and what children's fd tables cost (spawn.c): the
-** most fd slots one child has copied, and whether children copy the whole
-** table instead. */
+** fds_copied_max=, fds_copied_mean=, whole_table=}: where this loop spawns
+** ("auto", "inline", "thread"; see spawner.h), the pool's threads and the
+** jobs they have taken so far, and what children's fd tables cost
+** (spawn.c): the most fd slots one child has copied, their mean over the
+** children, and whether children copy the whole table instead. */
 static int proc_spawner(lua_State *L) {
   static const char *const modes[] = {"auto", "inline", "thread", NULL};
   int set = lua_isnoneornil(L, 1) ? -1 : luaL_checkoption(L, 1, NULL, modes);
   int mode = sbx_spawner_mode(L, set), threads;
   long jobs;
   sbx_spawner_stats(&threads, &jobs);
-  lua_createtable(L, 0, 6);
+  lua_createtable(L, 0, 7);
   lua_pushstring(L, modes[mode]);
   lua_setfield(L, -2, "mode");
   lua_pushinteger(L, threads);
@@ -1033,9 +1034,12 @@ static int proc_spawner(lua_State *L) {
   lua_pushinteger(L, sbx_spawner_inflight(L));
   lua_setfield(L, -2, "inflight");
   int copied, whole;
-  sbx_spawn_copy_stats(&copied, &whole);
+  double mean;
+  sbx_spawn_copy_stats(&copied, &mean, &whole);
   lua_pushinteger(L, copied);
   lua_setfield(L, -2, "fds_copied_max");
+  lua_pushnumber(L, mean);
+  lua_setfield(L, -2, "fds_copied_mean");
   lua_pushboolean(L, whole);
   lua_setfield(L, -2, "whole_table");
   return 1;
@@ -1047,13 +1051,15 @@ static int proc_getpid(lua_State *L) {
   return 1;
 }
 
-/* proc.uname() -> the host's kernel name ("Linux", "Darwin"), its machine */
+/* proc.uname() -> the host's kernel name ("Linux", "Darwin"), its machine
+** ("x86_64") and its host name (nodename) */
 static int proc_uname(lua_State *L) {
   struct utsname u;
   if (uname(&u) != 0) return sbx_fail_errno(L, "uname", NULL, errno);
   lua_pushstring(L, u.sysname);
   lua_pushstring(L, u.machine);
-  return 2;
+  lua_pushstring(L, u.nodename);
+  return 3;
 }
 
 /* proc.setenv(name, value | nil) -> true | nil, msg: this process's own

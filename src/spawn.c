@@ -316,8 +316,9 @@ int sbx_fds_scarce(void) {
   return park_base < 0;
 }
 
-int sbx_fd_park(int fd) {
-  if (fd < PARK_LOW) return fd;
+/* A fd at or above `low` moves up to park_base. */
+static int park_from(int fd, int low) {
+  if (fd < low) return fd;
   park_init();
   if (park_base < 0 || fd >= park_base) return fd;
   int moved = fcntl(fd, F_DUPFD_CLOEXEC, park_base);
@@ -326,21 +327,34 @@ int sbx_fd_park(int fd) {
   return moved;
 }
 
+int sbx_fd_park(int fd) { return park_from(fd, PARK_LOW); }
+
+/* Below 16 every child copies what sits there, whatever it runs: a fd
+** that stays for a whole sandbox or job pays one move instead of a copy
+** and a close-on-exec in each of its commands' children. */
+int sbx_fd_keep(int fd) { return park_from(fd, 3); }
+
 /* The most fd slots one child has copied (its close_range's K): what
 ** parking is for, reported by proc.spawner(). */
 static atomic_int copied_max;
+static atomic_long copied_sum, copies;
 
 static void note_copied(int k) {
   int seen = atomic_load(&copied_max);
   while (k > seen && !atomic_compare_exchange_weak(&copied_max, &seen, k)) {}
+  atomic_fetch_add(&copied_sum, k);
+  atomic_fetch_add(&copies, 1);
 }
 
-void sbx_spawn_copy_stats(int *max, int *whole) {
+void sbx_spawn_copy_stats(int *max, double *mean, int *whole) {
+  long n = atomic_load(&copies);
   *max = atomic_load(&copied_max);
+  *mean = n ? (double)atomic_load(&copied_sum) / (double)n : 0;
 #ifdef SBX_CLONE_TRAMPOLINE
   *whole = !share_files;
 #else
   *whole = 1;                      /* fork-style: a copy of everything */
+  *mean = 0;
 #endif
 }
 

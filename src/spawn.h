@@ -64,9 +64,14 @@ pid_t sbx_spawn(sbx_spawn_req *r, int *pidfd);
 ** enough already or cannot move (fd limit), else the moved copy (fd is
 ** closed). See spawn.c. */
 int sbx_fd_park(int fd);
-/* The most fd slots a child's copy of our table has held so far, and
-** whether clones copy the whole table instead (close_range refused). */
-void sbx_spawn_copy_stats(int *max, int *whole);
+/* The same for a fd that lives as long as a sandbox, a kept cgroup or the
+** process (the loop's, the session's): moved even from below 16, where
+** sbx_fd_park leaves a command's own fds. */
+int sbx_fd_keep(int fd);
+/* The most fd slots a child's copy of our table has held so far, their
+** mean over the children, and whether clones copy the whole table instead
+** (close_range refused). */
+void sbx_spawn_copy_stats(int *max, double *mean, int *whole);
 /* A copy of a parked fd at the lowest free number, or -1 when fd is low
 ** already or nothing lower is free: a spawner thread gives a queued
 ** command's child ends low numbers again just before its clone. */

@@ -158,7 +158,7 @@ static void *spawner_main(void *arg) {
     j->pid = sbx_spawn(&j->r, &j->pidfd);
     j->err = j->pid < 0 ? errno : 0;
     /* finished jobs can wait a while for a busy loop: their pidfds too */
-    if (j->pid > 0) j->pidfd = sbx_fd_park(j->pidfd);
+    if (j->pid > 0) j->pidfd = sbx_fd_keep(j->pidfd);
     for (int i = 0; i < j->nclose; i++) close(j->close[i]);
     j->nclose = 0;
 
@@ -293,6 +293,7 @@ static sbx_spawnq *spawnq_get(lua_State *L) {
 int sbx_spawner_start(lua_State *L) {
   sbx_spawnq *q = spawnq_get(L);
   if (q->efd < 0 && (q->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) return -1;
+  q->efd = sbx_fd_keep(q->efd);
   return pool_start();
 }
 

@@ -76,7 +76,10 @@ describe("a child's fds", function()
     -- 200 commands submitted in one loop turn queue for the spawner threads
     -- with their child's ends open, and finished ones wait for the busy loop
     -- with their pidfds; both wait parked, so every child copies only the
-    -- low range whatever else is open (unparked: 77 to 1373 slots here)
+    -- low range whatever else is open (unparked: 77 to 1373 slots here);
+    -- the loop's own ends of running commands, the sandboxes' roots and the
+    -- session's fds sit above it too, so the low range holds little more
+    -- than the spawner threads' jobs (mean 19.5 slots when they sat low)
     local script = [[
       local proc = require "sbx.proc"
       proc.spawner("thread")
@@ -91,19 +94,21 @@ describe("a child's fds", function()
       end, { concurrency = 200 })
       local ok = ran == 1000
       local st = proc.spawner()
-      io.write(n, " ", tostring(ok), " ", st.fds_copied_max, " ", tostring(st.whole_table), "\n")
+      io.write(n, " ", tostring(ok), " ", st.fds_copied_max, " ", tostring(st.whole_table), " ",
+               string.format("%.1f", st.fds_copied_mean), "\n")
       for _, sb in ipairs(boxes) do sb:destroy() end]]
     local p = assert(proc.spawn{ argv = { S.BIN, "-e", script }, timeout = 120,
                                  env = env_with("SBX_STATE_DIR=" .. assert(os.getenv("SBX_STATE_DIR"))) })
     local r = p:wait()
     p:close()
     assert.equal(0, r.exit_code, r.stderr)
-    local open, ok, copied, whole = r.stdout:match("^(%d+) (%a+) (%d+) (%a+)\n$")
+    local open, ok, copied, whole, mean = r.stdout:match("^(%d+) (%a+) (%d+) (%a+) ([%d.]+)\n$")
     assert.is_truthy(open, r.stdout)
     assert.equal("true", ok)
     if whole == "true" then return pending("this build copies the whole table (fork-style)") end
     assert.is_true(tonumber(open) > 300, "the job should hold 300 roots: " .. open)
-    assert.is_true(tonumber(copied) <= 48, "a child copied " .. copied .. " fd slots")
+    assert.is_true(tonumber(copied) <= 24, "a child copied " .. copied .. " fd slots")
+    assert.is_true(tonumber(mean) <= 12, "children copied " .. mean .. " fd slots on average")
   end)
 
   it("that live long are parked above the low range the children copy", function()
@@ -117,10 +122,9 @@ describe("a child's fds", function()
         if fd < 16 then low = low + 1 elseif fd < 256 then mid = mid + 1 else high = high + 1 end
       end
     end
-    -- the first take free low numbers (below 16 they cost a child little)
+    -- even the first: below 16 every child would copy them
     assert.equal(100, low + mid + high)
-    assert.equal(0, mid)
-    assert.is_true(low <= 16 and high >= 100 - 16, "parked: " .. high)
+    assert.equal(100, high)
   end)
 
   it("are the same where close_range cannot unshare: the whole table is copied instead", function()

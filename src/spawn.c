@@ -16,7 +16,9 @@
 ** child shares our table (CLONE_FILES) and, as its first act, takes a copy
 ** of only the fds below the highest one it needs (close_range with
 ** CLOSE_RANGE_UNSHARE). sbx_fd_park keeps the many long-lived fds above
-** that low range, so the copy stays a few dozen fds whatever runs. A
+** that low range, so the copy stays a few dozen fds whatever runs, and
+** sbx_fd_keep even those few that would fit below 16 (the process's, a
+** sandbox's, a kept cgroup's: each child would copy them all). A
 ** command waiting for a spawner thread parks its child's ends too: two
 ** hundred queued commands held six hundred low fds, so the commands
 ** spawned meanwhile copied (and execve closed) over a thousand each. The

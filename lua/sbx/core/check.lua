@@ -127,10 +127,12 @@ function M.number(v, op, name, o)
   return v
 end
 
+local SECONDS_ZERO_OK = { min = 0, max = M.MAX_SECONDS }
+local SECONDS = { above = 0, max = M.MAX_SECONDS }
+
 ---A duration in seconds: finite, > 0 (>= 0 with zero_ok), at most MAX_SECONDS.
 function M.seconds(v, op, name, zero_ok)
-  if zero_ok then return M.number(v, op, name, { min = 0, max = M.MAX_SECONDS }) end
-  return M.number(v, op, name, { above = 0, max = M.MAX_SECONDS })
+  return M.number(v, op, name, zero_ok and SECONDS_ZERO_OK or SECONDS)
 end
 
 ---A plain text option: a string without NUL (non-empty unless empty_ok).

@@ -28,14 +28,18 @@ local function live(sb, op)
 end
 
 -- The environment of every command: defaults, env_vars, then opts.env.
--- Never anything from sbxlua's own environment.
+-- Never anything from sbxlua's own environment. Without opts.env it is the
+-- same list for every command of the sandbox: made once (providers only
+-- read req.env), as sb._envlist.
 local function environment(sb, extra)
+  if extra == nil and sb._envlist then return sb._envlist end
   local env = { PATH = DEFAULT_PATH, HOME = sb._p.home(sb._h) }
   for k, v in pairs(sb._env) do env[k] = v end
   for k, v in pairs(extra or {}) do env[k] = v end
   local list = {}
   for k, v in pairs(env) do list[#list + 1] = k .. "=" .. v end
   table.sort(list)
+  if extra == nil then sb._envlist = list end
   return list
 end
 
@@ -43,13 +47,16 @@ local COMMAND_OPTS = { timeout = "number", cwd = "string", env = "map", stdin = 
                        max_output_bytes = "number", on_stdout = "function",
                        on_stderr = "function", check = "boolean" }
 
+local NO_OPTS = {}        -- (read only)
+local MAX_OUTPUT_RANGE = { integer = true, min = 0, max = 1 << 48 }
+
 local function request(sb, argv, opts, op)
-  opts = check.options(opts, COMMAND_OPTS, op)
+  opts = opts == nil and NO_OPTS or check.options(opts, COMMAND_OPTS, op)
   local timeout = check.seconds(opts.timeout or sb._command_timeout, op, "timeout")
-  local max = check.number(opts.max_output_bytes or MAX_OUTPUT, op, "max_output_bytes",
-                           { integer = true, min = 0, max = 1 << 48 })
+  local max = opts.max_output_bytes == nil and MAX_OUTPUT
+              or check.number(opts.max_output_bytes, op, "max_output_bytes", MAX_OUTPUT_RANGE)
   return {
-    argv = argv, env = environment(sb, check.env(opts.env, op, "env")), cwd = opts.cwd, stdin = opts.stdin,
+    argv = argv, env = environment(sb, opts.env and check.env(opts.env, op, "env")), cwd = opts.cwd, stdin = opts.stdin,
     timeout = timeout, max_output = max,
     stream = (opts.on_stdout or opts.on_stderr) and true or false,
   }, opts
@@ -324,11 +331,18 @@ function Sandbox:snapshot()
   return res
 end
 
----A plain, JSON-safe table that sbx.resume() turns back into this sandbox.
+local function table_copy(t)
+  local c = {}
+  for k, v in pairs(t) do c[k] = v end
+  return c
+end
+
+---A plain, JSON-safe table that sbx.resume() turns back into this sandbox
+---(a copy: changing it changes nothing of the sandbox).
 function Sandbox:session_state()
   local h = live(self, "session_state")
   return { version = 1, backend = self.backend, id = self.id, workdir = self.workdir,
-           env_vars = self._env, command_timeout_secs = self._command_timeout,
+           env_vars = table_copy(self._env), command_timeout_secs = self._command_timeout,
            state = self._p.session_state(h) }
 end
 

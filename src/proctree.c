@@ -97,6 +97,8 @@ static void cg_forget(const char *dir);
 
 int sbx_cgroup_remove(const char *dir, int wait) {
   cg_forget(dir);
+  /* Most often its only children were kept ones, now gone: no listing */
+  if (rmdir(dir) == 0 || errno == ENOENT) return 0;
   each_child(dir, remove_child, &wait);
   for (int i = 0; rmdir(dir) < 0; i++) {
     if (errno == ENOENT) return 0;
@@ -151,7 +153,7 @@ int sbx_cgroup_dirfd(char *path) {
   if (c->dir < 0) {
     int fd = open_fd(path, O_RDONLY | O_DIRECTORY);
     if (fd < 0) return -1;
-    c->dir = sbx_fd_park(fd);
+    c->dir = sbx_fd_keep(fd);
   }
   return c->dir;
 }
@@ -165,7 +167,7 @@ static int populated(char *path) {
     if (snprintf(file, sizeof file, "%s/cgroup.events", path) >= (int)sizeof file)
       return -1;
     if ((c->events = open_fd(file, O_RDONLY)) < 0) return -1;
-    c->events = sbx_fd_park(c->events);
+    c->events = sbx_fd_keep(c->events);
   }
   ssize_t n = pread(c->events, buf, sizeof buf - 1, 0);
   if (n <= 0) return -1;
@@ -183,14 +185,16 @@ int sbx_cgroup_trim(void) {
   return n;
 }
 
-/* Kept groups at or below dir, which is being removed: dropped (a
-** sandbox's own would otherwise fill the cache once it is destroyed). */
+/* Kept groups at or below dir, which is being removed: removed (a
+** sandbox's own would otherwise fill the cache once it is destroyed). They
+** were empty when kept, and nothing spawns into a kept one. */
 static void cg_forget(const char *dir) {
   size_t n = strlen(dir);
   for (int i = cg_ncache - 1; i >= 0; i--) {
     char *c = cg_cache[i];
     if (strncmp(c, dir, n) == 0 && (c[n] == '/' || c[n] == '\0')) {
       cg_cache[i] = cg_cache[--cg_ncache];
+      rmdir(c);
       sbx_cgroup_free(c);
     }
   }

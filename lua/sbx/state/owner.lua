@@ -54,8 +54,11 @@ end
 
 local function sessions_dir() return M.state_dir() .. "/sessions" end
 
+-- (uname's nodename: one system call, where reading
+-- /proc/sys/kernel/hostname took six on every create)
 function M.hostname()
-  local h = fs.read_host("/proc/sys/kernel/hostname", 4096) or "localhost"
+  local sys, _, h = proc.uname()
+  if not sys or h == "" then h = "localhost" end
   return (h:gsub("%s+$", ""):gsub("[^%w%-%.]", "_"))
 end
 

@@ -103,6 +103,18 @@ describe("files and env_vars at create", function()
     assert.equal("C", sb:read_file("c.txt"))
     assert.equal("hello 3\n", sb:execute_command("sh", { "-c", "echo $GREETING $N" }).stdout)
   end)
+  it("one command's env stays with it, and session_state's env_vars is a copy", function()
+    -- (the environment list without opts.env is made once per sandbox)
+    local sb <close> = sbx.sandbox("local", { env_vars = { GREETING = "hello" } })
+    local echo = { "-c", "echo $GREETING $EXTRA" }
+    assert.equal("hello\n", sb:execute_command("sh", echo).stdout)
+    assert.equal("hi x\n", sb:execute_command("sh", echo, { env = { GREETING = "hi", EXTRA = "x" } }).stdout)
+    assert.equal("hello\n", sb:execute_command("sh", echo).stdout)
+    sb:session_state().env_vars.GREETING = "changed"
+    assert.equal("hello\n", sb:execute_command("sh", echo).stdout)
+    assert.equal("hello", sb:session_state().env_vars.GREETING)
+    assert.equal("hello\n", sb:spawn("sh", echo):wait().stdout)
+  end)
   it("clones a git repository at a ref, and fails cleanly on a bad one", function()
     local repo = os.tmpname() .. "-repo"
     assert(os.execute(table.concat({

@@ -46,10 +46,10 @@ end
 
 local base = assert(fs.mkdtemp("/tmp", "sbxhostile"))
 local SOCK = base .. "/engine.sock"
-local engine = { requests = {}, archive = nil }
+local engine = { requests = {}, archive = nil, removing = nil }
 
 local REASON = { [200] = "OK", [201] = "Created", [204] = "No Content", [404] = "Not Found",
-                 [500] = "Internal Server Error" }
+                 [409] = "Conflict", [500] = "Internal Server Error" }
 
 local function answer(c, status, body, ctype)
   body = body or ""
@@ -76,8 +76,19 @@ local function route(c, method, path)
   if id and method == "POST" and rest == "/exec" then
     return answer(c, 500, { message = "this engine runs no exec" })
   end
-  if id and method == "GET" and rest == "/json" then return answer(c, 200, { Id = id, State = { Running = true } }) end
-  if id and method == "DELETE" and rest == "" then return answer(c, 204) end
+  -- engine.removing = N: another client's removal is under way; the
+  -- container is listed N more times, then gone
+  if id and method == "GET" and rest == "/json" then
+    if engine.removing == 0 then return answer(c, 404, { message = "No such container: " .. id }) end
+    if engine.removing then engine.removing = engine.removing - 1 end
+    return answer(c, 200, { Id = id, State = { Running = not engine.removing, Status = engine.removing and "removing" } })
+  end
+  if id and method == "DELETE" and rest == "" then
+    if engine.removing then
+      return answer(c, 409, { message = "removal of container " .. id .. " is already in progress" })
+    end
+    return answer(c, 204)
+  end
   if id == "helper" and method == "GET" and rest == "/archive" then   -- the agent volume is filled
     if query:find("current", 1, true) then
       return answer(c, 200, archive{ { name = "current", data = "sbx-agent-00ff" } }, "application/x-tar")
@@ -321,6 +332,20 @@ describe("a hostile engine", function()
     rep = job(archive{ { name = "f.txt", data = "just this" } }, "read")
     assert.is_true(rep.ok, rep.message)
     assert.equal("just this", rep.result)
+  end)
+
+  it("destroy waits out a removal somebody else started (409 'already in progress')", function()
+    -- a killed job's own DELETE still running when gc comes: gc returned
+    -- while the engine listed the container as "removing" (G2 saw it)
+    local rep = job(archive{ { name = "f.txt", data = "x" } }, "read", function() engine.removing = 3 end)
+    engine.removing = nil
+    assert.is_true(rep.ok, rep.message)
+    local after, gets = false, 0
+    for _, r in ipairs(rep.requests) do
+      if r == "DELETE /containers/c1" then after = true
+      elseif after and r == "GET /containers/c1/json" then gets = gets + 1 end
+    end
+    assert.equal(4, gets, table.concat(rep.requests, ", "))   -- 3 x removing, then gone
   end)
 end)
 

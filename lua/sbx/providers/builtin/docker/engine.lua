@@ -169,7 +169,20 @@ end
 
 local function q(s) return http.escape(s) end
 
--- Gone, or going (another gc got there first): both are success.
+-- A removal somebody else started (a killed job's own destroy, another
+-- gc): waited for, up to 60 s, so that a destroy or a gc that returns has
+-- left no container behind (G2). Polled, the engine has no event for it.
+local function wait_removed(cid)
+  local deadline = loop.now() + 60
+  repeat
+    local ok, res = pcall(call, "GET", "/containers/" .. q(cid) .. "/json", { op = "destroy", timeout = 10 })
+    if ok and res.status == 404 then return end
+    loop.sleep(0.05)
+  until loop.now() > deadline
+  fail("SandboxExecutionError", "destroy: container " .. cid .. " is still being removed after 60 s", { op = "destroy" })
+end
+
+-- Gone, or going (another gc got there first, and it is gone once this returns).
 local function remove_container(cid, volumes)
   local ok, res = pcall(call, "DELETE", "/containers/" .. q(cid) .. "?force=true&v=" .. (volumes == false and "false" or "true"),
                         { op = "destroy", timeout = 60 })
@@ -179,6 +192,7 @@ local function remove_container(cid, volumes)
   elseif not ok then
     error(res, 0)
   end
+  if going then wait_removed(cid) end
 end
 
 -- POST /containers/create?name=<name> in a task of its own: a cancel of the

@@ -26,6 +26,10 @@
 # create+start at once, then DELETE at once, over the raw Engine API (the
 # part of a job's lifecycle no client avoids; sbxlua's commands go over its
 # agent stream, not engine execs). Progress on stderr; the table on stdout.
+# The 200 x 10 row also runs floor_contained.c: the same job in C with no
+# Lua, keeping what sbxlua keeps (a directory and cgroups per sandbox,
+# pipes, a pidfd and epoll per command, src/spawn.c's clone): the part of
+# sbxlua's ratio that is its design, not its Lua and bookkeeping.
 set -uo pipefail
 BENCH=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$BENCH/.." && pwd)
@@ -53,6 +57,7 @@ cleanup() {
   trap - EXIT INT TERM
   local p; for p in $(jobs -p); do kill "$p" 2>/dev/null; done
   [ "${DOCKER_OK:-0}" = 1 ] && remove_run
+  [ "${CG_FLOOR:--}" != - ] && rmdir "$CG_FLOOR"/sbx-*/c "$CG_FLOOR"/sbx-* "$CG_FLOOR" 2>/dev/null
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -69,6 +74,15 @@ fi
 AGENT_BIN=$(dirname "$SBXLUA")/sbx-agent
 gcc -O2 -std=c11 -o "$TMP/floor_parallel" "$BENCH/floor_parallel.c" || die "floor_parallel.c did not compile"
 gcc -O2 -std=c11 -o "$TMP/floor_spawn" "$BENCH/floor_spawn.c" || die "floor_spawn.c did not compile"
+gcc -O2 -std=c11 -D_GNU_SOURCE -I"$ROOT/src" -o "$TMP/floor_contained" "$BENCH/floor_contained.c" "$ROOT/src/spawn.c" -lpthread ||
+  die "floor_contained.c did not compile"
+mkdir -p "$TMP/contained"
+# its cgroups go beside sbxlua's (not among them: gc would take it for a
+# session), in a directory of this run's ("-": none)
+CG_FLOOR=$("$SBXLUA" -e 'local b = require("sbx.cgroup").base() print(b or "")' 2>/dev/null)
+if [ -n "$CG_FLOOR" ] && mkdir "${CG_FLOOR%/*}/sbxlua-floor-$$" 2>/dev/null; then
+  CG_FLOOR=${CG_FLOOR%/*}/sbxlua-floor-$$
+else CG_FLOOR=-; fi
 TRUE=$(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin type -P true)
 # sbxlua runs its threads SBX_LOOP_BOOST nice steps up where it may, its
 # commands at the original nice (docs/README.md, "Running jobs"); the
@@ -128,6 +142,7 @@ for r in $(seq 1 "$ROUNDS"); do
     [ $PEER_OK = 1 ] && run "local.$n.peer" wall_ms env PYTHONPATH="$PEER_DIR/src" "$PY" "$BENCH/peer_bench.py" concurrent "$n" "$k"
   done
   run local.200.inline wall_ms env SBX_SPAWNER=inline "$SBXLUA" "$BENCH/concurrent.lua" 200 10
+  run local.200.contained wall_ms env FLOOR_BOOST="$BOOST" "$TMP/floor_contained" "$CORES" 200 10 "$TMP/contained" "$CG_FLOOR" "$TRUE"
   [ "${AGENTS:-}" = 1 ] && run local.200.agents wall_ms sbx "$BENCH/agent_local.lua" "$AGENT_BIN" 200 10
   if [ $DOCKER_OK = 1 ]; then
     log "round $r/$ROUNDS: docker"
@@ -167,6 +182,9 @@ row() {   # LABEL CMDS KEY
   row "local 200 x 10" 2000 local.200
   s=$(med local.200.inline) && [ -n "$s" ] && printf '%-26s %6s %9s %8s %9s %8s %9s\n' "  spawns inline (no threads)" 2000 \
     "$(ms "$s")" "$(cps 2000 "$s")" "$(ms "$(med local.200.floor)")" "$(cps 2000 "$(med local.200.floor)")" "$(ratio "$s" "$(med local.200.floor)")"
+  s=$(med local.200.contained) && [ -n "$s" ] && printf '%-26s %6s %9s %8s %9s %8s %9s   (sbxlua/this: %s)\n' "  contained floor in C" 2000 \
+    "$(ms "$s")" "$(cps 2000 "$s")" "$(ms "$(med local.200.floor)")" "$(cps 2000 "$(med local.200.floor)")" "$(ratio "$s" "$(med local.200.floor)")" \
+    "$(ratio "$(med local.200.sbx)" "$s")"
   s=$(med local.200.agents) && [ -n "$s" ] && printf '%-26s %6s %9s %8s %9s %8s %9s\n' "  a host agent per sandbox" 2000 \
     "$(ms "$s")" "$(cps 2000 "$s")" "$(ms "$(med local.200.floor)")" "$(cps 2000 "$(med local.200.floor)")" "$(ratio "$s" "$(med local.200.floor)")"
   if [ $DOCKER_OK = 1 ]; then
@@ -187,6 +205,8 @@ row() {   # LABEL CMDS KEY
   printf '  one command (p50 %s ms) within 1.15x of posix_spawn (%s ms): %sx %s\n' "$(med single.sbx)" "$(med single.floor)" "$x" "$(verdict "$x" "<=" 1.15)"
   x=$(awk -v a="$(med local.200.sbx)" -v b="$(med local.200.floor)" 'BEGIN{if (a != "" && b > 0) printf "%.2f", a/b}')
   printf '  local 200 x 10 within 1.2x of the %d-core floor: %sx %s\n' "$CORES" "$x" "$(verdict "$x" "<=" 1.2)"
+  x=$(awk -v a="$(med local.200.contained)" -v b="$(med local.200.floor)" 'BEGIN{if (a != "" && b > 0) printf "%.2f", a/b}')
+  [ -n "$x" ] && printf '  (the same job in C, floor_contained.c, is %sx the %d-core floor: what the design costs before any Lua)\n' "$x" "$CORES"
   x=$(awk -v a="$(med local.200.peer)" -v b="$(med local.200.sbx)" 'BEGIN{if (a != "" && b > 0) printf "%.2f", a/b}')
   printf '  local 200 x 10 at least 2x faster than the peer: %sx %s\n' "${x:-n/a}" "$(verdict "$x" ">=" 2)"
   if [ -n "$hb" ]; then

@@ -204,3 +204,43 @@ describe("ls and gc with malformed journals", function()
     assert.is_nil(fs.open_root(dir))
   end)
 end)
+
+-- A session killed a moment ago may still have a container create in
+-- flight at the engine (G2 saw an agent-volume helper land after gc had
+-- listed): gc lists once 2 s have passed since such a session's last
+-- journal write; sessions of only local and bwrap sandboxes wait for nothing.
+describe("gc right after a session died", function()
+  local function dead_session(state, backend, age)
+    local sid = "gcjsettle-999999-" .. proc.random_hex(6)
+    local path = state .. "/sessions/" .. sid .. ".jsonl"
+    write(path, json.encode{ event = "session", host = HOST, pid = 999999, started = 1 } .. "\n"
+      .. json.encode{ event = "create", id = "sbx-" .. proc.random_hex(12), backend = backend,
+                      session = sid } .. "\n")
+    if age > 0 then assert(os.execute("touch -d '-" .. age .. " seconds' " .. path)) end
+  end
+  local function timed_gc(state)
+    local t0 = loop.now()
+    local argv = { BIN, "gc" }
+    assert(proc.spawn{ argv = argv, timeout = 60, env = { "PATH=/usr/local/bin:/usr/bin:/bin",
+      "HOME=" .. state, "SBX_STATE_DIR=" .. state, "DOCKER_HOST=unix://" .. state .. "/no-engine.sock" } }):wait()
+    return loop.now() - t0
+  end
+  local state
+  before_each(function()
+    state = BASE .. "-" .. proc.random_hex(4)
+    assert(fs.mkdir_host(state .. "/sessions"))
+  end)
+  after_each(function() fs.rmtree(state) end)
+
+  it("waits about 2 s after a docker session's last journal line", function()
+    dead_session(state, "docker", 0)
+    local took = timed_gc(state)
+    assert.is_true(took >= 1.5 and took < 10, "gc took " .. took .. " s")
+  end)
+  it("does not wait for a docker session dead for a while, nor for a local one", function()
+    dead_session(state, "docker", 30)
+    dead_session(state, "local", 0)
+    local took = timed_gc(state)
+    assert.is_true(took < 1.5, "gc took " .. took .. " s")
+  end)
+end)

@@ -10,6 +10,8 @@
 local owner = require "sbx.state.owner"
 local providers = require "sbx.providers"
 local errors = require "sbx.core.errors"
+local fs = require "sbx.fs"
+local loop = require "sbx.loop"
 
 local M = {}
 
@@ -46,6 +48,27 @@ function Run:find_sessions()
       self.dead[s.id] = s
     end
   end
+end
+
+-- A session killed a moment ago may have requests still in flight at a
+-- Docker engine or a cloud API (a container create lands after its death:
+-- G2 found agent-volume helpers made after gc had listed). Such a session
+-- journals each create before it asks, so gc lists only once 2 s have
+-- passed since the last journal write of a dead session with a sandbox on
+-- such a backend (mtimes are whole seconds: at most 3 s of waiting).
+local SETTLE = 2
+local IN_PROCESS = { ["local"] = true, bwrap = true }
+
+function Run:settle()
+  local newest
+  for _, s in pairs(self.dead) do
+    local remote = false
+    for _, e in ipairs(s.sandboxes) do remote = remote or not IN_PROCESS[e.backend] end
+    local st = remote and fs.stat_host(s.path .. ".jsonl")
+    if st and (not newest or st.mtime > newest) then newest = st.mtime end
+  end
+  local wait = newest and newest + SETTLE + 1 - os.time()
+  if wait and wait > 0 then loop.sleep(math.min(wait, SETTLE + 1)) end
 end
 
 -- What the backends list that no journal of a dead session names and no
@@ -168,6 +191,7 @@ function M.run(opts)
   local r = setmetatable({ all = opts.all_sessions, dry = opts.dry_run, removed = 0, failed = 0,
                            sessions = 0, images = 0, pruned = 0, would = 0 }, Run)
   r:find_sessions()
+  r:settle()
   r:find_unjournaled()
   r:reap_sandboxes()
   r:reap_snapshots()

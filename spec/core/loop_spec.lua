@@ -113,4 +113,30 @@ describe("sbx.loop", function()
     assert.is_true(okb)
     assert.is_true(v)
   end)
+
+  it("runs a task an fd woke within a long turn, not after it", function()
+    -- a turn of 40 ready tasks (10 ms each) looks at the fds every 16 of
+    -- them; the task a look wakes runs before the rest of the turn (so a
+    -- sandbox's next command starts early), and every task ready at the
+    -- turn's start still runs in it
+    local proc = require "sbx.proc"
+    local order = {}
+    local p = assert(proc.spawn{ argv = { "sleep", "0.02" }, env = { "PATH=/usr/bin:/bin" } })
+    local w = loop.spawn(function() p:wait() p:close() order[#order + 1] = "woken" end)
+    local ts = {}
+    for i = 1, 40 do
+      ts[i] = loop.spawn(function()
+        local t1 = os.clock()
+        while os.clock() - t1 < 0.01 do end
+        order[#order + 1] = i
+      end)
+    end
+    for i = 1, 40 do assert.is_true((ts[i]:join())) end
+    assert.is_true((w:join()))
+    local at
+    for k, v in ipairs(order) do if v == "woken" then at = k end end
+    assert.equal(41, #order)
+    assert.is_true(at <= 33, "the woken task ran at " .. tostring(at) .. " of 41")
+    for i = 1, 40 do assert.equal(i, order[i + (i >= at and 1 or 0)]) end
+  end)
 end)

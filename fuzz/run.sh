@@ -28,10 +28,10 @@ run_target() {  # name secs sources...
 }
 third=$(( secs / 3 > 10 ? secs / 3 : 10 ))
 sixth=$(( secs / 6 > 10 ? secs / 6 : 10 ))
-run_target tar "$third" fuzz/tar_fuzz.c src/ltar.c src/loop.c src/fail.c
-run_target demux "$sixth" fuzz/demux_fuzz.c src/ldemux.c src/loop.c src/fail.c
+run_target tar "$third" fuzz/tar_fuzz.c src/ltar.c src/loop.c src/spawn.c src/fail.c
+run_target demux "$sixth" fuzz/demux_fuzz.c src/ldemux.c src/loop.c src/spawn.c src/fail.c
 # the dashboard's HTTP request heads (any local client can send them)
-run_target httpreq "$sixth" fuzz/httpreq_fuzz.c src/lhttpreq.c src/loop.c src/fail.c
+run_target httpreq "$sixth" fuzz/httpreq_fuzz.c src/lhttpreq.c src/loop.c src/spawn.c src/fail.c
 # sbx-agent's frame decoder: every byte a host sends to `sbx-agent serve`.
 run_target agent "$sixth" fuzz/agent_fuzz.c src/agent/frame.c
 # Lua modules that read untrusted input, loaded from lua/ (line coverage

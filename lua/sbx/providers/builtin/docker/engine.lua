@@ -174,11 +174,12 @@ local function q(s) return http.escape(s) end
 -- left no container behind (G2). Polled, the engine has no event for it.
 local function wait_removed(cid)
   local deadline = loop.now() + 60
-  repeat
+  for _ = 1, 1200 do               -- (bounded by count too: 1200 x 50 ms)
     local ok, res = pcall(call, "GET", "/containers/" .. q(cid) .. "/json", { op = "destroy", timeout = 10 })
     if ok and res.status == 404 then return end
+    if loop.now() > deadline then break end
     loop.sleep(0.05)
-  until loop.now() > deadline
+  end
   fail("SandboxExecutionError", "destroy: container " .. cid .. " is still being removed after 60 s", { op = "destroy" })
 end
 

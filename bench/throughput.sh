@@ -161,6 +161,12 @@ ratio() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%
 cps() { [ -n "$2" ] && awk -v n="$1" -v w="$2" 'BEGIN{printf "%.0f", n/w*1000}' || echo "-"; }
 ms() { [ -n "$1" ] && awk -v w="$1" 'BEGIN{printf "%.0f", w}' || echo "-"; }
 verdict() { [ -n "$1" ] && awk -v a="$1" -v op="$2" -v b="$3" 'BEGIN{ok = op == "<=" ? a+0 <= b : a+0 >= b; print ok ? "PASS" : "MISS"}' || echo "n/a"; }
+subrow() {   # LABEL KEY [SUFFIX]: another way to run the 200 x 10 row, against its floor
+  local s f; s=$(med "$2") f=$(med local.200.floor)
+  [ -n "$s" ] || return 0
+  printf '%-26s %6s %9s %8s %9s %8s %9s%s\n' "$1" 2000 "$(ms "$s")" "$(cps 2000 "$s")" "$(ms "$f")" \
+    "$(cps 2000 "$f")" "$(ratio "$s" "$f")" "${3:-}"
+}
 row() {   # LABEL CMDS KEY
   local s f p; s=$(med "$3.sbx") f=$(med "$3.floor") p=$(med "$3.peer")
   local hwm; hwm=$(last "$3.sbx.vmhwm_kb")
@@ -180,13 +186,10 @@ row() {   # LABEL CMDS KEY
     row "local $n x $k" $((n * k)) "local.$n"
   done
   row "local 200 x 10" 2000 local.200
-  s=$(med local.200.inline) && [ -n "$s" ] && printf '%-26s %6s %9s %8s %9s %8s %9s\n' "  spawns inline (no threads)" 2000 \
-    "$(ms "$s")" "$(cps 2000 "$s")" "$(ms "$(med local.200.floor)")" "$(cps 2000 "$(med local.200.floor)")" "$(ratio "$s" "$(med local.200.floor)")"
-  s=$(med local.200.contained) && [ -n "$s" ] && printf '%-26s %6s %9s %8s %9s %8s %9s   (sbxlua/this: %s)\n' "  contained floor in C" 2000 \
-    "$(ms "$s")" "$(cps 2000 "$s")" "$(ms "$(med local.200.floor)")" "$(cps 2000 "$(med local.200.floor)")" "$(ratio "$s" "$(med local.200.floor)")" \
-    "$(ratio "$(med local.200.sbx)" "$s")"
-  s=$(med local.200.agents) && [ -n "$s" ] && printf '%-26s %6s %9s %8s %9s %8s %9s\n' "  a host agent per sandbox" 2000 \
-    "$(ms "$s")" "$(cps 2000 "$s")" "$(ms "$(med local.200.floor)")" "$(cps 2000 "$(med local.200.floor)")" "$(ratio "$s" "$(med local.200.floor)")"
+  subrow "  spawns inline (no threads)" local.200.inline
+  s=$(med local.200.contained)
+  subrow "  contained floor in C" local.200.contained "   (sbxlua/this: $(ratio "$(med local.200.sbx)" "$s"))"
+  subrow "  a host agent per sandbox" local.200.agents
   if [ $DOCKER_OK = 1 ]; then
     for n in $DOCKER_NS; do row "docker $n x $DOCKER_CMDS" $((n * DOCKER_CMDS)) "docker.$n"; done
   else

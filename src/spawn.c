@@ -356,7 +356,6 @@ void sbx_spawn_copy_stats(int *max, double *mean, int *whole) {
   *whole = !share_files;
 #else
   *whole = 1;                      /* fork-style: a copy of everything */
-  *mean = 0;
 #endif
 }
 

@@ -292,8 +292,10 @@ static sbx_spawnq *spawnq_get(lua_State *L) {
 
 int sbx_spawner_start(lua_State *L) {
   sbx_spawnq *q = spawnq_get(L);
-  if (q->efd < 0 && (q->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) return -1;
-  q->efd = sbx_fd_keep(q->efd);
+  if (q->efd < 0) {
+    if ((q->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) return -1;
+    q->efd = sbx_fd_keep(q->efd);
+  }
   return pool_start();
 }
 
